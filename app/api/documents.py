@@ -1,0 +1,275 @@
+"""The documents routes: validate, call the service, return a schema."""
+
+from __future__ import annotations
+
+from pathlib import PurePosixPath, PureWindowsPath
+from typing import Annotated, Any
+from urllib.parse import quote
+
+from fastapi import APIRouter, Depends, File, Form, Request, Response, UploadFile, status
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+
+from app.api.deps import DEFAULT_LIMIT, CursorQuery, LimitQuery, SessionDep, SettingsDep, TenantDep
+from app.db.models import Document, DocumentChunk
+from app.documents import service
+from app.documents.schemas import (
+    Base64PdfSource,
+    ChunkOut,
+    ChunkPage,
+    Context,
+    CreateDocumentRequest,
+    DocumentOut,
+    DocumentPage,
+    TextSource,
+    Title,
+)
+from app.errors import PROBLEM_MEDIA_TYPE, PayloadTooLarge
+from app.settings import MIB, Settings
+
+_PROBLEM = {"content": {PROBLEM_MEDIA_TYPE: {}}, "description": "Problem document"}
+
+
+def _problems(*statuses: int) -> dict[int | str, dict[str, Any]]:
+    return {status_code: _PROBLEM for status_code in statuses}
+
+
+def document_out(document: Document) -> DocumentOut:
+    return DocumentOut(
+        id=document.id,
+        kind=document.kind,  # type: ignore[arg-type]
+        media_type=document.media_type,
+        title=document.title,
+        context=document.context,
+        metadata=document.user_metadata,
+        filename=document.filename,
+        sha256=document.sha256,
+        size_bytes=document.size_bytes,
+        page_count=document.page_count,
+        char_count=document.char_count,
+        chunk_count=document.chunk_count,
+        citable=document.citable,
+        warnings=document.warnings,
+        created_at=document.created_at,
+    )
+
+
+def chunk_out(chunk: DocumentChunk) -> ChunkOut:
+    return ChunkOut(
+        index=chunk.chunk_index,
+        text=chunk.text,
+        start_char=chunk.start_char,
+        end_char=chunk.end_char,
+        page_number=chunk.page_number,
+        block_index=chunk.block_index,
+    )
+
+
+def _stored_response(stored: service.StoredDocument) -> JSONResponse:
+    """201 with a Location for a new document, 200 for identical bytes stored before."""
+    body = document_out(stored.document).model_dump(mode="json")
+    if stored.created:
+        location = f"/v1/documents/{stored.document.id}"
+        return JSONResponse(body, status.HTTP_201_CREATED, headers={"Location": location})
+    return JSONResponse(body, status.HTTP_200_OK)
+
+
+def _basename(filename: str | None) -> str | None:
+    if not filename:
+        return None
+    return PurePosixPath(PureWindowsPath(filename).name).name[:255] or None
+
+
+async def _refuse_empty_form_fields(request: Request) -> None:
+    """FastAPI reads an empty form field as absent; an empty title or context is a mistake."""
+    form = await request.form()  # already parsed for the route: Starlette caches it
+    errors = [
+        {
+            "type": "string_too_short",
+            "loc": ("body", name),
+            "msg": "String should have at least 1 character",
+        }
+        for name in ("title", "context")
+        if form.get(name) == ""
+    ]
+    if errors:
+        raise RequestValidationError(errors)
+
+
+def documents_router(settings: Settings) -> APIRouter:
+    """The routes under /v1/documents; body limits follow the configured document size."""
+    router = APIRouter(prefix="/v1/documents", tags=["documents"])
+    max_bytes = settings.max_document_bytes
+    # Multipart framing and form fields need a little room beside the file itself; base64
+    # makes a PDF a third larger.
+    upload_limit = max_bytes + MIB
+    json_limit = -(-max_bytes * 4 // 3) + MIB
+
+    @router.post(
+        "/upload",
+        operation_id="uploadDocument",
+        summary="Upload a PDF or UTF-8 text file",
+        status_code=status.HTTP_201_CREATED,
+        response_model=DocumentOut,
+        responses={
+            200: {"model": DocumentOut, "description": "The same bytes were stored before."},
+            **_problems(404, 413, 415, 422),
+        },
+        max_body_size=upload_limit,
+        dependencies=[Depends(_refuse_empty_form_fields)],
+    )
+    async def upload_document(
+        session: SessionDep,
+        tenant_id: TenantDep,
+        file: Annotated[UploadFile, File(description="The document: PDF or UTF-8 text.")],
+        title: Annotated[Title | None, Form()] = None,
+        context: Annotated[Context | None, Form()] = None,
+    ) -> JSONResponse:
+        if file.size is not None and file.size > max_bytes:
+            await file.close()
+            raise PayloadTooLarge(f"The document exceeds the limit of {max_bytes} bytes.")
+        data = await file.read()
+        await file.close()
+        fields = service.DocumentFields(
+            title=title, context=context, filename=_basename(file.filename)
+        )
+        stored = await service.store_bytes(
+            session,
+            tenant_id,
+            data,
+            fields,
+            max_bytes=max_bytes,
+            expect_pdf=file.content_type == "application/pdf",
+        )
+        return _stored_response(stored)
+
+    @router.post(
+        "",
+        operation_id="createDocument",
+        summary="Create a document from a Messages API document block",
+        status_code=status.HTTP_201_CREATED,
+        response_model=DocumentOut,
+        responses={
+            200: {"model": DocumentOut, "description": "The same bytes were stored before."},
+            **_problems(413, 415, 422),
+        },
+        max_body_size=json_limit,
+    )
+    async def create_document(
+        body: CreateDocumentRequest, session: SessionDep, tenant_id: TenantDep
+    ) -> JSONResponse:
+        fields = service.DocumentFields(
+            title=body.title, context=body.context, metadata=body.metadata
+        )
+        source = body.source
+        if isinstance(source, TextSource):
+            data = service.encode_text(source.data)
+            stored = await service.store_bytes(
+                session, tenant_id, data, fields, max_bytes=max_bytes
+            )
+        elif isinstance(source, Base64PdfSource):
+            data = service.decode_pdf_base64(source.data)
+            stored = await service.store_bytes(
+                session, tenant_id, data, fields, max_bytes=max_bytes, expect_pdf=True
+            )
+        else:
+            blocks = [block.text for block in source.content]
+            stored = await service.store_content(session, tenant_id, blocks, fields)
+        return _stored_response(stored)
+
+    @router.get(
+        "",
+        operation_id="listDocuments",
+        summary="List documents, newest first",
+        response_model=DocumentPage,
+        responses=_problems(422),
+    )
+    async def list_documents(
+        session: SessionDep,
+        tenant_id: TenantDep,
+        limit: LimitQuery = DEFAULT_LIMIT,
+        cursor: CursorQuery = None,
+    ) -> DocumentPage:
+        page = await service.list_documents(session, tenant_id, limit, cursor)
+        return DocumentPage(
+            data=[document_out(d) for d in page.items], next_cursor=page.next_cursor
+        )
+
+    @router.get(
+        "/{document_id}",
+        operation_id="getDocument",
+        summary="Get a document",
+        response_model=DocumentOut,
+        responses=_problems(404),
+    )
+    async def get_document(
+        document_id: str, session: SessionDep, tenant_id: TenantDep
+    ) -> DocumentOut:
+        return document_out(await service.get_document(session, tenant_id, document_id))
+
+    @router.get(
+        "/{document_id}/content",
+        operation_id="getDocumentContent",
+        summary="Download the original bytes",
+        response_class=Response,
+        responses={
+            200: {
+                "description": "The original bytes, with their media type.",
+                "content": {
+                    "application/pdf": {"schema": {"type": "string", "format": "binary"}},
+                    "text/plain": {"schema": {"type": "string"}},
+                    "application/json": {"schema": {"type": "array", "items": {}}},
+                },
+            },
+            **_problems(404),
+        },
+    )
+    async def get_document_content(
+        document_id: str, session: SessionDep, tenant_id: TenantDep
+    ) -> Response:
+        document, data = await service.get_content(session, tenant_id, document_id)
+        media_type = document.media_type
+        if media_type.startswith("text/"):
+            media_type += "; charset=utf-8"
+        headers = {"ETag": f'"{document.sha256}"'}
+        if document.filename:
+            headers["Content-Disposition"] = _content_disposition(document.filename)
+        return Response(data, media_type=media_type, headers=headers)
+
+    @router.get(
+        "/{document_id}/chunks",
+        operation_id="listDocumentChunks",
+        summary="List a document's chunks in order",
+        response_model=ChunkPage,
+        responses=_problems(404, 422),
+    )
+    async def list_document_chunks(
+        document_id: str,
+        session: SessionDep,
+        tenant_id: TenantDep,
+        limit: LimitQuery = DEFAULT_LIMIT,
+        cursor: CursorQuery = None,
+    ) -> ChunkPage:
+        page = await service.list_chunks(session, tenant_id, document_id, limit, cursor)
+        return ChunkPage(data=[chunk_out(c) for c in page.items], next_cursor=page.next_cursor)
+
+    @router.delete(
+        "/{document_id}",
+        operation_id="deleteDocument",
+        summary="Delete a document, its bytes and its index",
+        status_code=status.HTTP_204_NO_CONTENT,
+        response_class=Response,
+        responses=_problems(404),
+    )
+    async def delete_document(
+        document_id: str, session: SessionDep, tenant_id: TenantDep
+    ) -> Response:
+        await service.delete_document(session, tenant_id, document_id)
+        return Response(status_code=status.HTTP_204_NO_CONTENT)
+
+    return router
+
+
+def _content_disposition(filename: str) -> str:
+    ascii_name = filename.encode("ascii", "replace").decode().replace('"', "'")
+    return f"inline; filename=\"{ascii_name}\"; filename*=UTF-8''{quote(filename)}"

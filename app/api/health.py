@@ -1,0 +1,50 @@
+"""Liveness and readiness."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel
+from sqlalchemy import text
+
+router = APIRouter(tags=["operations"])
+
+
+class Health(BaseModel):
+    status: Literal["ok"]
+
+
+class Readiness(BaseModel):
+    status: Literal["ready", "unavailable"]
+    database: Literal["ok", "unavailable"]
+    upstream: str
+
+
+@router.get("/healthz", operation_id="getHealth", summary="The process is up (no I/O)")
+async def healthz() -> Health:
+    return Health(status="ok")
+
+
+@router.get(
+    "/readyz",
+    operation_id="getReadiness",
+    summary="The database answers; says which upstream answers questions",
+    response_model=Readiness,
+    responses={503: {"model": Readiness, "description": "The database does not answer."}},
+)
+async def readyz(request: Request) -> JSONResponse:
+    try:
+        async with request.app.state.engine.connect() as connection:
+            await connection.execute(text("SELECT 1"))
+        database: Literal["ok", "unavailable"] = "ok"
+    except Exception:  # any failure to reach the database means not ready
+        database = "unavailable"
+    ready = database == "ok"
+    body = Readiness(
+        status="ready" if ready else "unavailable",
+        database=database,
+        upstream=request.app.state.settings.upstream_name,
+    )
+    return JSONResponse(body.model_dump(), status_code=200 if ready else 503)

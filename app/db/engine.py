@@ -1,0 +1,39 @@
+"""The async engine and its sessions."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import event
+from sqlalchemy.engine import make_url
+from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker, create_async_engine
+
+
+def create_engine(database_url: str, **kwargs: Any) -> AsyncEngine:
+    """An async engine for SQLite (aiosqlite) or PostgreSQL (asyncpg).
+
+    For SQLite the file's folder is created, foreign keys are enforced and WAL lets readers
+    proceed while one writer commits.
+    """
+    url = make_url(database_url)
+    if not url.drivername.startswith("sqlite"):
+        return create_async_engine(url, pool_pre_ping=True, **kwargs)
+
+    if url.database and url.database != ":memory:":
+        Path(url.database).parent.mkdir(parents=True, exist_ok=True)
+    engine = create_async_engine(url, connect_args={"timeout": 30}, **kwargs)
+
+    @event.listens_for(engine.sync_engine, "connect")
+    def _sqlite_pragmas(dbapi_connection: Any, _: Any) -> None:
+        cursor = dbapi_connection.cursor()
+        cursor.execute("PRAGMA foreign_keys=ON")
+        cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.execute("PRAGMA synchronous=NORMAL")
+        cursor.close()
+
+    return engine
+
+
+def create_session_factory(engine: AsyncEngine) -> async_sessionmaker[Any]:
+    return async_sessionmaker(engine, expire_on_commit=False)

@@ -1,0 +1,116 @@
+"""The documents half of the HTTP contract: request and response bodies."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+Title = Annotated[str, Field(min_length=1, max_length=500, description="1 to 500 characters.")]
+Context = Annotated[
+    str, Field(min_length=1, description="Metadata sent with the document; never cited.")
+]
+
+
+class TextSource(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    type: Literal["text"]
+    media_type: Literal["text/plain"] = "text/plain"
+    data: str = Field(min_length=1)
+
+
+class Base64PdfSource(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    type: Literal["base64"]
+    media_type: Literal["application/pdf"]
+    data: str = Field(min_length=1, description="The PDF's bytes, base64-encoded.")
+
+
+class ContentBlock(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    type: Literal["text"]
+    text: str = Field(min_length=1, pattern=r"\S", description="Non-empty text.")
+
+
+class ContentSource(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    type: Literal["content"]
+    content: list[ContentBlock] = Field(min_length=1)
+
+
+DocumentSource = Annotated[
+    TextSource | Base64PdfSource | ContentSource, Field(discriminator="type")
+]
+
+
+class CreateDocumentRequest(BaseModel):
+    """Mirrors the Messages API document block."""
+
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={
+            "examples": [
+                {
+                    "source": {
+                        "type": "text",
+                        "media_type": "text/plain",
+                        "data": "The grass is green. The sky is blue.",
+                    },
+                    "title": "My Document",
+                    "context": "Not citable metadata",
+                    "metadata": {"team": "search"},
+                }
+            ]
+        },
+    )
+
+    source: DocumentSource
+    title: Title | None = None
+    context: Context | None = None
+    metadata: dict[str, Any] = Field(default_factory=dict)
+
+
+class DocumentOut(BaseModel):
+    """A stored document. Immutable once created."""
+
+    id: str = Field(examples=["doc_01jf3k2m4n5p6q7r8s9t0v1w2x"])
+    kind: Literal["text", "pdf", "content"]
+    media_type: str
+    title: str | None
+    context: str | None
+    metadata: dict[str, Any]
+    filename: str | None
+    sha256: str
+    size_bytes: int
+    page_count: int | None
+    char_count: int
+    chunk_count: int
+    citable: bool
+    warnings: list[str]
+    created_at: datetime
+
+
+class ChunkOut(BaseModel):
+    """One entry of the document index: the smallest citable unit."""
+
+    index: int
+    text: str
+    start_char: int = Field(description="Code point offset into the document text.")
+    end_char: int = Field(description="Exclusive end offset.")
+    page_number: int | None = Field(description="1-based page of a PDF chunk.")
+    block_index: int | None = Field(description="0-based block of a content chunk.")
+
+
+class DocumentPage(BaseModel):
+    data: list[DocumentOut]
+    next_cursor: str | None
+
+
+class ChunkPage(BaseModel):
+    data: list[ChunkOut]
+    next_cursor: str | None

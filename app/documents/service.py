@@ -1,0 +1,229 @@
+"""Storing, reading and deleting documents. Takes a session and plain arguments, never a Request."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from anyio import to_thread
+from sqlalchemy import delete, insert, select
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from app.db.models import Document, DocumentBlob, DocumentChunk
+from app.documents.parsing import (
+    ParsedDocument,
+    content_bytes,
+    parse_content,
+    parse_document,
+    sha256_hex,
+    sniff_kind,
+)
+from app.errors import InvalidDocument, InvalidRequest, NotFound, PayloadTooLarge
+from app.ids import new_id
+from app.pagination import Page, decode_cursor, paginate
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class DocumentFields:
+    """What the caller says about a document besides its bytes."""
+
+    title: str | None = None
+    context: str | None = None
+    metadata: dict[str, Any] = field(default_factory=dict)
+    filename: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class StoredDocument:
+    document: Document
+    created: bool  # False when identical bytes were already stored: the existing document
+
+
+def decode_pdf_base64(data: str) -> bytes:
+    try:
+        return base64.b64decode(data, validate=True)
+    except (binascii.Error, ValueError) as exc:
+        raise InvalidDocument("source.data is not valid base64.", code="invalid_base64") from exc
+
+
+def encode_text(text: str) -> bytes:
+    """The UTF-8 bytes of text given as JSON (its parser already refused lone surrogates)."""
+    if "\x00" in text:
+        raise InvalidDocument("The text contains a NUL character.", code="invalid_text")
+    return text.encode("utf-8")
+
+
+async def store_bytes(
+    session: AsyncSession,
+    tenant_id: str,
+    data: bytes,
+    fields: DocumentFields,
+    *,
+    max_bytes: int,
+    expect_pdf: bool = False,
+) -> StoredDocument:
+    """Store a text or PDF document given as bytes; the kind is sniffed from the bytes."""
+    if len(data) > max_bytes:
+        raise PayloadTooLarge(f"The document exceeds the limit of {max_bytes} bytes.")
+    digest, kind = await to_thread.run_sync(_digest_and_sniff, data)
+    if expect_pdf and kind != "pdf":
+        raise InvalidDocument("The data is not a PDF (no %PDF- header).", code="pdf_invalid")
+    if existing := await _find_same(session, tenant_id, kind, digest):
+        return StoredDocument(existing, created=False)
+    # End the read transaction: no connection is held while the document is parsed.
+    await session.commit()
+    started = time.perf_counter()
+    parsed = await to_thread.run_sync(parse_document, data, kind)
+    log.info(
+        "parsed %s document: %d bytes, %d chunks in %.3fs",
+        kind,
+        len(data),
+        len(parsed.chunks),
+        time.perf_counter() - started,
+    )
+    return await _store(session, tenant_id, parsed, data, digest, fields)
+
+
+async def store_content(
+    session: AsyncSession, tenant_id: str, blocks: list[str], fields: DocumentFields
+) -> StoredDocument:
+    """Store a content document: one chunk per block."""
+    for block in blocks:
+        encode_text(block)
+    data = content_bytes(blocks)
+    digest = sha256_hex(data)
+    if existing := await _find_same(session, tenant_id, "content", digest):
+        return StoredDocument(existing, created=False)
+    return await _store(session, tenant_id, parse_content(blocks), data, digest, fields)
+
+
+def _digest_and_sniff(data: bytes) -> tuple[str, str]:
+    return sha256_hex(data), sniff_kind(data)
+
+
+async def _find_same(
+    session: AsyncSession, tenant_id: str, kind: str, digest: str
+) -> Document | None:
+    query = select(Document).where(
+        Document.tenant_id == tenant_id, Document.kind == kind, Document.sha256 == digest
+    )
+    return (await session.execute(query)).scalar_one_or_none()
+
+
+async def _store(
+    session: AsyncSession,
+    tenant_id: str,
+    parsed: ParsedDocument,
+    data: bytes,
+    digest: str,
+    fields: DocumentFields,
+) -> StoredDocument:
+    """Blob, document row and chunk rows in one transaction: all of them or nothing."""
+    document = Document(
+        id=new_id("doc"),
+        tenant_id=tenant_id,
+        kind=parsed.kind,
+        media_type=parsed.media_type,
+        title=fields.title,
+        context=fields.context,
+        user_metadata=fields.metadata,
+        filename=fields.filename,
+        sha256=digest,
+        size_bytes=len(data),
+        page_count=parsed.page_count,
+        char_count=len(parsed.text),
+        chunk_count=len(parsed.chunks),
+        citable=parsed.citable,
+        warnings=parsed.warnings,
+    )
+    session.add(document)
+    session.add(DocumentBlob(document_id=document.id, tenant_id=tenant_id, data=data))
+    try:
+        await session.flush()
+        if parsed.chunks:
+            await session.execute(
+                insert(DocumentChunk),
+                [
+                    {
+                        "document_id": document.id,
+                        "chunk_index": index,
+                        "tenant_id": tenant_id,
+                        "text": parsed.text[chunk.start : chunk.end],
+                        "start_char": chunk.start,
+                        "end_char": chunk.end,
+                        "page_number": chunk.page_number,
+                        "block_index": chunk.block_index,
+                    }
+                    for index, chunk in enumerate(parsed.chunks)
+                ],
+            )
+        await session.commit()
+    except IntegrityError:
+        # The same bytes were stored by a concurrent request: answer with that document.
+        await session.rollback()
+        if existing := await _find_same(session, tenant_id, parsed.kind, digest):
+            return StoredDocument(existing, created=False)
+        raise
+    return StoredDocument(document, created=True)
+
+
+async def get_document(session: AsyncSession, tenant_id: str, document_id: str) -> Document:
+    """The tenant's document; any other id, including another tenant's, is not found."""
+    document = await session.get(Document, document_id)
+    if document is None or document.tenant_id != tenant_id:
+        raise NotFound(f"No document with id {document_id!r}.", code="document_not_found")
+    return document
+
+
+async def list_documents(
+    session: AsyncSession, tenant_id: str, limit: int, cursor: str | None
+) -> Page[Document]:
+    """Newest first."""
+    query = select(Document).where(Document.tenant_id == tenant_id)
+    if cursor is not None:
+        query = query.where(Document.id < decode_cursor(cursor))
+    rows = (await session.scalars(query.order_by(Document.id.desc()).limit(limit + 1))).all()
+    return paginate(rows, limit, key=lambda document: document.id)
+
+
+async def get_content(
+    session: AsyncSession, tenant_id: str, document_id: str
+) -> tuple[Document, bytes]:
+    document = await get_document(session, tenant_id, document_id)
+    data = await session.scalar(
+        select(DocumentBlob.data).where(DocumentBlob.document_id == document.id)
+    )
+    assert data is not None, "every document has its blob"
+    return document, data
+
+
+async def list_chunks(
+    session: AsyncSession, tenant_id: str, document_id: str, limit: int, cursor: str | None
+) -> Page[DocumentChunk]:
+    """In document order."""
+    document = await get_document(session, tenant_id, document_id)
+    query = select(DocumentChunk).where(DocumentChunk.document_id == document.id)
+    if cursor is not None:
+        after = decode_cursor(cursor)
+        if not after.isdigit():
+            raise InvalidRequest("The cursor is not valid.", code="invalid_cursor")
+        query = query.where(DocumentChunk.chunk_index > int(after))
+    query = query.order_by(DocumentChunk.chunk_index).limit(limit + 1)
+    rows = (await session.scalars(query)).all()
+    return paginate(rows, limit, key=lambda chunk: chunk.chunk_index)
+
+
+async def delete_document(session: AsyncSession, tenant_id: str, document_id: str) -> None:
+    """Delete the document with its bytes and its index."""
+    document = await get_document(session, tenant_id, document_id)
+    for table in (DocumentChunk, DocumentBlob):
+        await session.execute(delete(table).where(table.document_id == document.id))
+    await session.delete(document)
+    await session.commit()

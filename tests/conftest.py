@@ -1,0 +1,137 @@
+"""Shared fixtures: a database (SQLite by default, PostgreSQL when CITEGATE_TEST_DATABASE_URL
+says so), the schema built by the real migrations, and the app served by uvicorn on loopback."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+import uvicorn
+from sqlalchemy import delete, text
+from sqlalchemy.engine import make_url
+from sqlalchemy.pool import NullPool
+
+from app.db.engine import create_engine
+from app.db.migrations import upgrade_to_head
+from app.db.models import Document
+from app.main import create_app
+from app.settings import Settings
+
+SHARED = Path(__file__).resolve().parents[2] / "shared"
+CORPUS = SHARED / "corpus" / "pdf"
+FIXTURES = SHARED / "fixtures" / "anthropic"
+
+
+def _run(coro: object) -> object:
+    return asyncio.run(coro)  # type: ignore[arg-type]
+
+
+async def _reset_postgres(url: str) -> None:
+    engine = create_engine(url, poolclass=NullPool)
+    async with engine.begin() as connection:
+        await connection.execute(text("DROP SCHEMA public CASCADE"))
+        await connection.execute(text("CREATE SCHEMA public"))
+    await engine.dispose()
+
+
+def fresh_database(url: str) -> None:
+    """Drop everything in the database the URL names (a new file for SQLite)."""
+    parsed = make_url(url)
+    if parsed.drivername.startswith("sqlite"):
+        if parsed.database:
+            for suffix in ("", "-wal", "-shm"):
+                Path(parsed.database + suffix).unlink(missing_ok=True)
+    else:
+        _run(_reset_postgres(url))
+
+
+@pytest.fixture(scope="session")
+def database_url(tmp_path_factory: pytest.TempPathFactory) -> str:
+    url = os.environ.get("CITEGATE_TEST_DATABASE_URL") or (
+        f"sqlite+aiosqlite:///{tmp_path_factory.mktemp('db') / 'citegate.db'}"
+    )
+    fresh_database(url)
+    upgrade_to_head(url)
+    return url
+
+
+@pytest.fixture(scope="session")
+def settings(database_url: str) -> Settings:
+    return Settings(database_url=database_url, anthropic_api_key=None)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+class ServedApp:
+    """The app served by uvicorn in a thread, on a real loopback socket."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.port = free_port()
+        self.base_url = f"http://127.0.0.1:{self.port}"
+        config = uvicorn.Config(
+            create_app(settings), host="127.0.0.1", port=self.port, log_level="warning"
+        )
+        self.server = uvicorn.Server(config)
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+
+    def __enter__(self) -> ServedApp:
+        self.thread.start()
+        deadline = time.monotonic() + 20
+        while not self.server.started:
+            if time.monotonic() > deadline or not self.thread.is_alive():
+                raise RuntimeError("the server did not start")
+            time.sleep(0.02)
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=20)
+
+
+@pytest.fixture(scope="session")
+def served(settings: Settings) -> Iterator[ServedApp]:
+    with ServedApp(settings) as app:
+        yield app
+
+
+async def _delete_documents(url: str) -> None:
+    engine = create_engine(url, poolclass=NullPool)
+    async with engine.begin() as connection:
+        await connection.execute(delete(Document))  # blobs and chunks go by cascade
+    await engine.dispose()
+
+
+@pytest.fixture
+def client(served: ServedApp, database_url: str) -> Iterator[httpx.Client]:
+    """An HTTP client of the served app; every test starts with no documents."""
+    _run(_delete_documents(database_url))
+    with httpx.Client(base_url=served.base_url, timeout=60) as http:
+        yield http
+
+
+def count_rows(database_url: str) -> dict[str, int]:
+    """Rows in every table that holds documents, to prove nothing was half-stored."""
+
+    async def count() -> dict[str, int]:
+        engine = create_engine(database_url, poolclass=NullPool)
+        async with engine.connect() as connection:
+            counts = {
+                table: (await connection.execute(text(f"SELECT count(*) FROM {table}"))).scalar_one()
+                for table in ("documents", "document_blobs", "document_chunks")
+            }
+        await engine.dispose()
+        return counts
+
+    return asyncio.run(count())

@@ -1,0 +1,112 @@
+"""Sniffing, text, PDF and content parsing: pure functions over bytes."""
+
+from __future__ import annotations
+
+import pypdfium2
+import pytest
+
+from app.documents.parsing import (
+    content_bytes,
+    parse_content,
+    parse_pdf,
+    parse_text,
+    sniff_kind,
+)
+from app.documents.pdf import PdfError, extract_pdf_text
+from app.errors import InvalidDocument, UnsupportedMediaType
+from tests.conftest import CORPUS, FIXTURES
+
+
+def test_sniffing_trusts_bytes_only() -> None:
+    assert sniff_kind(b"%PDF-1.4 ...") == "pdf"
+    assert sniff_kind(b"\n\n%PDF-1.4 ...") == "pdf"  # readers allow junk before the header
+    assert sniff_kind("plain text, ünïcödé".encode()) == "text"
+    with pytest.raises(UnsupportedMediaType):
+        sniff_kind(b"\xff\xd8\xff\xe0 jpeg")
+    with pytest.raises(InvalidDocument) as empty:
+        sniff_kind(b"")
+    assert empty.value.code == "empty_document"
+
+
+def test_text_keeps_crlf_and_drops_bom() -> None:
+    parsed = parse_text(b"\xef\xbb\xbfOne.\r\nTwo.\r\n")
+    assert parsed.text == "One.\r\nTwo.\r\n"
+    assert [parsed.text[c.start : c.end] for c in parsed.chunks] == ["One.\r\n", "Two.\r\n"]
+
+
+def test_text_that_is_not_utf8_names_the_byte() -> None:
+    with pytest.raises(InvalidDocument) as error:
+        parse_text(b"ok \xe9t\xe9")
+    assert error.value.code == "text_not_utf8"
+    assert "byte 3" in error.value.detail
+
+
+def test_content_blocks_are_chunks() -> None:
+    parsed = parse_content(["A.", "B. C."])
+    assert parsed.text == "A.B. C."
+    assert [(c.start, c.end, c.block_index) for c in parsed.chunks] == [(0, 2, 0), (2, 7, 1)]
+    assert content_bytes(["é"]) == '[{"type":"text","text":"é"}]'.encode()
+
+
+def test_pdfium_text_holds_the_passages_the_api_cited() -> None:
+    extracted = extract_pdf_text((FIXTURES / "amazon_2023_letter.pdf").read_bytes())
+    assert extracted.parser == "pdfium" and len(extracted.pages) == 11
+    assert "In 2023, Amazon’s total revenue grew 12% year-over-year (“YoY”) from $514B to $575B. " in (
+        extracted.pages[0]
+    )
+    assert "North\r\nAmerica revenue increased 12% YoY" in extracted.pages[0]
+
+
+def test_pdf_chunks_stay_inside_their_page() -> None:
+    parsed = parse_pdf((CORPUS / "pdflatex-4-pages.pdf").read_bytes())
+    assert parsed.page_count == 4
+    page_starts = {}
+    for chunk in parsed.chunks:
+        page_starts.setdefault(chunk.page_number, chunk.start)
+    pages = extract_pdf_text((CORPUS / "pdflatex-4-pages.pdf").read_bytes()).pages
+    offset = 0
+    for number, text in enumerate(pages, start=1):
+        assert page_starts[number] == offset
+        inside = [c for c in parsed.chunks if c.page_number == number]
+        assert inside[-1].end == offset + len(text)
+        offset += len(text)
+
+
+def test_encrypted_pdf() -> None:
+    with pytest.raises(PdfError) as error:
+        extract_pdf_text((CORPUS / "libreoffice-writer-password.pdf").read_bytes())
+    assert error.value.code == "pdf_encrypted"
+
+
+def test_pypdf_reads_what_pdfium_refuses() -> None:
+    """A file whose trailer lacks /Root: PDFium refuses it, pypdf finds the catalog."""
+    pdf = _pdf_without_root(b"Hello from the second parser.")
+    with pytest.raises(pypdfium2.PdfiumError):
+        pypdfium2.PdfDocument(pdf)
+    extracted = extract_pdf_text(pdf)
+    assert extracted.parser == "pypdf"
+    assert extracted.pages == ["Hello from the second parser."]
+    parsed = parse_pdf(pdf)
+    assert parsed.citable and parsed.warnings == ["pdf_text_from_fallback_parser"]
+
+
+def test_garbage_after_a_pdf_header_is_invalid() -> None:
+    with pytest.raises(PdfError) as error:
+        extract_pdf_text(b"%PDF-1.7\nnot a pdf at all")
+    assert error.value.code == "pdf_invalid"
+
+
+def _pdf_without_root(text: bytes) -> bytes:
+    stream = b"BT /F1 12 Tf 72 712 Td (" + text + b") Tj ET"
+    objects = [
+        b"<< /Type /Catalog /Pages 2 0 R >>",
+        b"<< /Type /Pages /Kids [3 0 R] /Count 1 >>",
+        b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents 4 0 R "
+        b"/Resources << /Font << /F1 5 0 R >> >> >>",
+        b"<< /Length " + str(len(stream)).encode() + b" >>\nstream\n" + stream + b"\nendstream",
+        b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>",
+    ]
+    out = b"%PDF-1.4\n"
+    for number, body in enumerate(objects, start=1):
+        out += str(number).encode() + b" 0 obj\n" + body + b"\nendobj\n"
+    return out + b"trailer\n<< /Size 6 >>\nstartxref\n999999\n%%EOF\n"
