@@ -14,6 +14,7 @@ and answered with a bare 500 ``internal_error`` that carries no detail.
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from http import HTTPStatus
 from typing import Any
 
@@ -78,7 +79,7 @@ def problem_response(
     status: int,
     code: str,
     detail: str,
-    headers: dict[str, str] | None = None,
+    headers: Mapping[str, str] | None = None,
     **extra: Any,
 ) -> JSONResponse:
     """A problem+json response: type, title, status, detail, code, plus any extra members."""

@@ -26,7 +26,7 @@ class Settings(BaseSettings):
     anthropic_api_key: SecretStr | None = Field(
         default=None,
         validation_alias="ANTHROPIC_API_KEY",
-        description="With a key, answers come from the Messages API; without, from the local engine.",
+        description="With a key the Messages API answers; without, the local engine.",
     )
 
     @property

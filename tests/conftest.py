@@ -128,7 +128,9 @@ def count_rows(database_url: str) -> dict[str, int]:
         engine = create_engine(database_url, poolclass=NullPool)
         async with engine.connect() as connection:
             counts = {
-                table: (await connection.execute(text(f"SELECT count(*) FROM {table}"))).scalar_one()
+                table: (
+                    await connection.execute(text(f"SELECT count(*) FROM {table}"))
+                ).scalar_one()
                 for table in ("documents", "document_blobs", "document_chunks")
             }
         await engine.dispose()

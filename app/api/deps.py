@@ -31,9 +31,7 @@ def _tenant_id() -> str:
 SessionDep = Annotated[AsyncSession, Depends(_session)]
 SettingsDep = Annotated[Settings, Depends(_settings)]
 TenantDep = Annotated[str, Depends(_tenant_id)]
-LimitQuery = Annotated[
-    int, Query(ge=1, le=MAX_LIMIT, description=f"Page size, 1 to {MAX_LIMIT}.")
-]
+LimitQuery = Annotated[int, Query(ge=1, le=MAX_LIMIT, description=f"Page size, 1 to {MAX_LIMIT}.")]
 CursorQuery = Annotated[
     str | None, Query(description="`next_cursor` of the previous page.", max_length=200)
 ]

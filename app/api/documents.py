@@ -10,7 +10,7 @@ from fastapi import APIRouter, Depends, File, Form, Request, Response, UploadFil
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
-from app.api.deps import DEFAULT_LIMIT, CursorQuery, LimitQuery, SessionDep, SettingsDep, TenantDep
+from app.api.deps import DEFAULT_LIMIT, CursorQuery, LimitQuery, SessionDep, TenantDep
 from app.db.models import Document, DocumentChunk
 from app.documents import service
 from app.documents.schemas import (
@@ -37,7 +37,7 @@ def _problems(*statuses: int) -> dict[int | str, dict[str, Any]]:
 def document_out(document: Document) -> DocumentOut:
     return DocumentOut(
         id=document.id,
-        kind=document.kind,  # type: ignore[arg-type]
+        kind=document.kind,
         media_type=document.media_type,
         title=document.title,
         context=document.context,

@@ -1,4 +1,4 @@
-"""``X-Request-ID``: taken from the caller when sensible, else generated; echoed on every response."""
+"""``X-Request-ID``: the caller's when sensible, else a new one; on every response."""
 
 from __future__ import annotations
 

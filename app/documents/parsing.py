@@ -34,7 +34,12 @@ _BINARY_SIGNATURES = (
     b"\xd0\xcf\x11\xe0",
     b"\x7fELF",
 )
-_UTF16_32_BOMS = (codecs.BOM_UTF32_LE, codecs.BOM_UTF32_BE, codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)
+_UTF16_32_BOMS = (
+    codecs.BOM_UTF32_LE,
+    codecs.BOM_UTF32_BE,
+    codecs.BOM_UTF16_LE,
+    codecs.BOM_UTF16_BE,
+)
 
 
 @dataclass(frozen=True, slots=True)

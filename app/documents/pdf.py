@@ -93,7 +93,9 @@ def _extract_with_pypdf(data: bytes) -> PdfText:
     except PdfError:
         raise
     except Exception as exc:  # pypdf raises many types on damaged files
-        raise PdfError("pdf_invalid", "The PDF is damaged or truncated and cannot be read.") from exc
+        raise PdfError(
+            "pdf_invalid", "The PDF is damaged or truncated and cannot be read."
+        ) from exc
     if not pages:
         raise PdfError("pdf_invalid", "The PDF has no pages.")
     without_text = [number for number, text in enumerate(pages, 1) if not text.strip()]

@@ -209,7 +209,9 @@ def test_create_document_from_content_blocks(client: httpx.Client) -> None:
 
 
 def test_list_is_paginated_newest_first(client: httpx.Client) -> None:
-    ids = [upload(client, f"{n}.txt", f"Document number {n}.".encode()).json()["id"] for n in range(5)]
+    ids = [
+        upload(client, f"{n}.txt", f"Document number {n}.".encode()).json()["id"] for n in range(5)
+    ]
     first = client.get("/v1/documents", params={"limit": 2}).json()
     assert [d["id"] for d in first["data"]] == ids[::-1][:2]
     second = client.get("/v1/documents", params={"limit": 2, "cursor": first["next_cursor"]}).json()
@@ -239,7 +241,9 @@ def test_delete_removes_document_bytes_and_index(client: httpx.Client, database_
     document = upload(client, "a.txt", GRASS_SKY.encode()).json()
     assert client.delete(f"/v1/documents/{document['id']}").status_code == 204
     for path in ("", "/content", "/chunks"):
-        assert_problem(client.get(f"/v1/documents/{document['id']}{path}"), 404, "document_not_found")
+        assert_problem(
+            client.get(f"/v1/documents/{document['id']}{path}"), 404, "document_not_found"
+        )
     assert_problem(client.delete(f"/v1/documents/{document['id']}"), 404, "document_not_found")
     assert count_rows(database_url) == NOTHING
 
@@ -265,8 +269,18 @@ def _png() -> bytes:
         ("image.png", _png(), 415, "unsupported_media_type"),
         ("image.pdf", _png(), 415, "unsupported_media_type"),
         ("binary.bin", b"abc\x00def", 415, "unsupported_media_type"),
-        ("encrypted.pdf", (CORPUS / "libreoffice-writer-password.pdf").read_bytes(), 422, "pdf_encrypted"),
-        ("truncated.pdf", (FIXTURES / "amazon_2023_letter.pdf").read_bytes()[:50_000], 422, "pdf_invalid"),
+        (
+            "encrypted.pdf",
+            (CORPUS / "libreoffice-writer-password.pdf").read_bytes(),
+            422,
+            "pdf_encrypted",
+        ),
+        (
+            "truncated.pdf",
+            (FIXTURES / "amazon_2023_letter.pdf").read_bytes()[:50_000],
+            422,
+            "pdf_invalid",
+        ),
         ("header-only.pdf", b"%PDF-1.7\n%garbage that is no PDF at all\n", 422, "pdf_invalid"),
     ],
 )
@@ -291,16 +305,37 @@ def test_pdf_declared_but_text_sent(client: httpx.Client, database_url: str) -> 
         ({"source": {"type": "text", "data": "ok."}, "title": "t" * 501}, "validation_error"),
         ({"source": {"type": "text", "data": "ok."}, "context": ""}, "validation_error"),
         ({"source": {"type": "content", "content": []}}, "validation_error"),
-        ({"source": {"type": "content", "content": [{"type": "text", "text": ""}]}}, "validation_error"),
-        ({"source": {"type": "content", "content": [{"type": "text", "text": " \n"}]}}, "validation_error"),
-        ({"source": {"type": "content", "content": [{"type": "image", "source": {}}]}}, "validation_error"),
+        (
+            {"source": {"type": "content", "content": [{"type": "text", "text": ""}]}},
+            "validation_error",
+        ),
+        (
+            {"source": {"type": "content", "content": [{"type": "text", "text": " \n"}]}},
+            "validation_error",
+        ),
+        (
+            {"source": {"type": "content", "content": [{"type": "image", "source": {}}]}},
+            "validation_error",
+        ),
         ({"source": {"type": "url", "url": "https://example.com/a.pdf"}}, "validation_error"),
-        ({"source": {"type": "base64", "media_type": "application/pdf", "data": "not base64!"}}, "invalid_base64"),
-        ({"source": {"type": "base64", "media_type": "application/pdf", "data": "aGVsbG8="}}, "pdf_invalid"),
+        (
+            {"source": {"type": "base64", "media_type": "application/pdf", "data": "not base64!"}},
+            "invalid_base64",
+        ),
+        (
+            {"source": {"type": "base64", "media_type": "application/pdf", "data": "aGVsbG8="}},
+            "pdf_invalid",
+        ),
         ({"source": {"type": "text", "data": "a\u0000b"}}, "invalid_text"),
-        ({"source": {"type": "content", "content": [{"type": "text", "text": "a\u0000"}]}}, "invalid_text"),
+        (
+            {"source": {"type": "content", "content": [{"type": "text", "text": "a\u0000"}]}},
+            "invalid_text",
+        ),
         ({"source": {"type": "text", "data": "\ud800 lone surrogate"}}, "validation_error"),
-        ({"source": {"type": "content", "content": [{"type": "text", "text": "\udfff"}]}}, "validation_error"),
+        (
+            {"source": {"type": "content", "content": [{"type": "text", "text": "\udfff"}]}},
+            "validation_error",
+        ),
     ],
 )
 def test_bad_json_documents_store_nothing(
@@ -331,14 +366,21 @@ def test_malformed_json_body(client: httpx.Client) -> None:
 
 
 def test_request_id_is_echoed_or_made(client: httpx.Client) -> None:
-    assert client.get("/healthz", headers={"X-Request-ID": "abc-123"}).headers["x-request-id"] == "abc-123"
+    assert (
+        client.get("/healthz", headers={"X-Request-ID": "abc-123"}).headers["x-request-id"]
+        == "abc-123"
+    )
     made = client.get("/v1/documents/doc_missing").headers["x-request-id"]
     assert len(made) == 32
 
 
 def test_health_and_readiness(client: httpx.Client) -> None:
     assert client.get("/healthz").json() == {"status": "ok"}
-    assert client.get("/readyz").json() == {"status": "ready", "database": "ok", "upstream": "local"}
+    assert client.get("/readyz").json() == {
+        "status": "ready",
+        "database": "ok",
+        "upstream": "local",
+    }
     assert_problem(client.get("/v1/nothing-here"), 404, "not_found")
     assert_problem(client.put("/v1/documents"), 405, "method_not_allowed")
 

@@ -51,8 +51,9 @@ def test_content_blocks_are_chunks() -> None:
 def test_pdfium_text_holds_the_passages_the_api_cited() -> None:
     extracted = extract_pdf_text((FIXTURES / "amazon_2023_letter.pdf").read_bytes())
     assert extracted.parser == "pdfium" and len(extracted.pages) == 11
-    assert "In 2023, Amazon’s total revenue grew 12% year-over-year (“YoY”) from $514B to $575B. " in (
-        extracted.pages[0]
+    assert (
+        "In 2023, Amazon’s total revenue grew 12% year-over-year (“YoY”) from $514B to $575B. "
+        in (extracted.pages[0])
     )
     assert "North\r\nAmerica revenue increased 12% YoY" in extracted.pages[0]
 

@@ -1,0 +1,66 @@
+"""`citegate serve` migrates a new database and serves; `citegate migrate` alone migrates."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.conftest import free_port
+
+CITEGATE = shutil.which("citegate", path=str(Path(sys.executable).parent))
+
+
+@pytest.fixture
+def fresh_sqlite(tmp_path: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k != "ANTHROPIC_API_KEY"}
+    env["CITEGATE_DATABASE_URL"] = f"sqlite+aiosqlite:///{tmp_path}/new/citegate.db"
+    return env
+
+
+def test_serve_migrates_then_answers(fresh_sqlite: dict[str, str]) -> None:
+    assert CITEGATE, "the console script is installed"
+    port = free_port()
+    process = subprocess.Popen(
+        [CITEGATE, "serve", "--port", str(port)],
+        env=fresh_sqlite,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                ready = httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=2)
+                break
+            except httpx.TransportError:
+                assert process.poll() is None, process.stdout.read() if process.stdout else ""
+                assert time.monotonic() < deadline, "citegate serve did not start"
+                time.sleep(0.1)
+        assert ready.json() == {"status": "ready", "database": "ok", "upstream": "local"}
+        created = httpx.post(
+            f"http://127.0.0.1:{port}/v1/documents",
+            json={"source": {"type": "text", "data": "Served by the CLI."}},
+        )
+        assert created.status_code == 201
+    finally:
+        process.terminate()
+        output = process.communicate(timeout=20)[0].decode()
+    assert "local engine" in output  # it says which upstream answers
+
+
+def test_migrate_creates_the_schema(fresh_sqlite: dict[str, str], tmp_path: Path) -> None:
+    assert CITEGATE
+    subprocess.run([CITEGATE, "migrate"], env=fresh_sqlite, check=True, timeout=60)
+    with sqlite3.connect(tmp_path / "new" / "citegate.db") as connection:
+        tables = {row[0] for row in connection.execute("SELECT name FROM sqlite_master")}
+        tenants = connection.execute("SELECT id FROM tenants").fetchall()
+    assert {"documents", "document_blobs", "document_chunks", "tenants"} <= tables
+    assert tenants == [("ten_default",)]
