@@ -1,18 +1,27 @@
-"""``citegate serve | migrate``."""
+"""``citegate serve | migrate | keys create|list|revoke``."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
-from typing import Annotated
+from collections.abc import Awaitable, Callable
+from typing import Annotated, TypeVar
 
 import typer
 import uvicorn
+from sqlalchemy.ext.asyncio import AsyncSession
 
+from app.auth import keys as api_keys
+from app.db.engine import create_engine, create_session_factory
 from app.db.migrations import upgrade_to_head
+from app.errors import NotFound
 from app.main import create_app
 from app.settings import Settings
 
 cli = typer.Typer(help="Citegate: cited answers over your documents.", no_args_is_help=True)
+keys_cli = typer.Typer(help="API keys: one tenant each.", no_args_is_help=True)
+cli.add_typer(keys_cli, name="keys")
+T = TypeVar("T")
 
 
 def _configure_logging(settings: Settings) -> None:
@@ -48,6 +57,51 @@ def serve(
         proxy_headers=proxy_headers,
         log_config=None,
     )
+
+
+def _with_session(work: Callable[[AsyncSession], Awaitable[T]]) -> T:
+    """Run ``work`` with a session on the configured database, migrated to the newest schema."""
+    settings = Settings()
+    upgrade_to_head(settings.database_url)
+
+    async def run() -> T:
+        engine = create_engine(settings.database_url)
+        try:
+            async with create_session_factory(engine)() as session:
+                return await work(session)
+        finally:
+            await engine.dispose()
+
+    return asyncio.run(run())
+
+
+@keys_cli.command("create")
+def create_key(
+    tenant: Annotated[str, typer.Option(help="The tenant's name; created if new.")],
+) -> None:
+    """Make a key for a tenant. The key is shown once: store it now."""
+    row, key = _with_session(lambda session: api_keys.create_key(session, tenant))
+    typer.echo(f"id: {row.id}\ntenant: {tenant}\nprefix: {row.prefix}\nkey: {key}")
+    typer.echo("Store the key now: only its hash is kept.", err=True)
+
+
+@keys_cli.command("list")
+def list_keys() -> None:
+    """Every key: id, tenant, prefix, created, revoked."""
+    for row, tenant in _with_session(api_keys.list_keys):
+        revoked = row.revoked_at.isoformat() if row.revoked_at else "-"
+        typer.echo(f"{row.id}  {tenant}  {row.prefix}…  {row.created_at.isoformat()}  {revoked}")
+
+
+@keys_cli.command("revoke")
+def revoke_key(key_id: Annotated[str, typer.Argument(help="The key's id (key_…).")]) -> None:
+    """Revoke a key: it stops working at once."""
+    try:
+        row = _with_session(lambda session: api_keys.revoke_key(session, key_id))
+    except NotFound as exc:
+        typer.echo(exc.detail, err=True)
+        raise typer.Exit(1) from exc
+    typer.echo(f"revoked {row.id}")
 
 
 def main() -> None:

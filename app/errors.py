@@ -4,6 +4,8 @@
     ├── NotFound                  404: unknown id, another tenant's id, unknown route
     ├── InvalidRequest            422: the request is well-formed but cannot be honoured
     │   └── InvalidDocument       422: the uploaded document cannot be read (pdf_encrypted, …)
+    ├── Unauthorized              401: no key, a malformed, unknown or revoked key (one answer)
+    ├── RateLimited               429: a per-key limit is reached; says when to retry
     ├── PayloadTooLarge           413: the body or document exceeds the size limit
     └── UnsupportedMediaType      415: neither PDF nor text
 
@@ -34,11 +36,19 @@ class CitegateError(Exception):
     status = 400
     code = "bad_request"
 
-    def __init__(self, detail: str, *, code: str | None = None, **extra: Any) -> None:
+    def __init__(
+        self,
+        detail: str,
+        *,
+        code: str | None = None,
+        headers: Mapping[str, str] | None = None,
+        **extra: Any,
+    ) -> None:
         super().__init__(detail)
         self.detail = detail
         if code is not None:
             self.code = code
+        self.headers = headers
         self.extra = extra
 
 
@@ -54,6 +64,26 @@ class InvalidRequest(CitegateError):
 
 class InvalidDocument(InvalidRequest):
     code = "invalid_document"
+
+
+class Unauthorized(CitegateError):
+    status = 401
+    code = "unauthorized"
+
+    def __init__(self) -> None:
+        # The same words for every failure: nothing tells whether a key exists.
+        super().__init__(
+            "A valid API key is required: Authorization: Bearer <key>.",
+            headers={"WWW-Authenticate": "Bearer"},
+        )
+
+
+class RateLimited(CitegateError):
+    status = 429
+    code = "rate_limited"
+
+    def __init__(self, detail: str, retry_after: int) -> None:
+        super().__init__(detail, headers={"Retry-After": str(retry_after)}, retry_after=retry_after)
 
 
 class PayloadTooLarge(CitegateError):
@@ -96,7 +126,7 @@ def problem_response(
 
 async def _citegate_error(_: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, CitegateError)
-    return problem_response(exc.status, exc.code, exc.detail, **exc.extra)
+    return problem_response(exc.status, exc.code, exc.detail, headers=exc.headers, **exc.extra)
 
 
 async def _http_error(_: Request, exc: Exception) -> JSONResponse:

@@ -6,11 +6,14 @@ import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
-from fastapi import FastAPI
+from fastapi import Depends, FastAPI
 
 from app.api import health
+from app.api.deps import require_principal
 from app.api.documents import documents_router
 from app.api.request_id import RequestIdMiddleware
+from app.auth import keys
+from app.auth.limits import KeyLimits
 from app.db.engine import create_engine, create_session_factory
 from app.errors import install_error_handlers
 from app.settings import Settings
@@ -27,11 +30,13 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         engine = create_engine(settings.database_url)
         app.state.engine = engine
         app.state.sessions = create_session_factory(engine)
+        await _check_auth(app, settings)
         if settings.upstream_name == "local":
             log.warning("no ANTHROPIC_API_KEY: questions are answered by the local engine")
         try:
             yield
         finally:
+            app.state.key_limits.close()
             await engine.dispose()
 
     app = FastAPI(
@@ -41,8 +46,27 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         lifespan=lifespan,
     )
     app.state.settings = settings
+    app.state.key_limits = KeyLimits(settings)
     install_error_handlers(app)
     app.add_middleware(RequestIdMiddleware)
     app.include_router(health.router)
-    app.include_router(documents_router(settings))
+    authenticated = [Depends(require_principal)]
+    app.include_router(documents_router(settings), dependencies=authenticated)
     return app
+
+
+async def _check_auth(app: FastAPI, settings: Settings) -> None:
+    """Ensure the bootstrap key; refuse to start open when auth is required."""
+    async with app.state.sessions() as session:
+        if settings.bootstrap_api_key is not None:
+            key = await keys.ensure_key(
+                session, settings.bootstrap_tenant, settings.bootstrap_api_key.get_secret_value()
+            )
+            log.info("bootstrap API key %s… ensured", key.prefix)
+        if not await keys.any_key_exists(session):
+            if settings.auth == "required":
+                raise RuntimeError(
+                    "CITEGATE_AUTH=required but no API key exists: create one with "
+                    "`citegate keys create --tenant NAME` or set CITEGATE_BOOTSTRAP_API_KEY"
+                )
+            log.warning("no API key exists: the service is open, with one default tenant")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
@@ -23,6 +25,26 @@ class Settings(BaseSettings):
         description="Largest document accepted, in bytes (the upstream's request limit).",
     )
     log_level: str = "INFO"
+    auth: Literal["auto", "required"] = Field(
+        default="auto",
+        description="auto: open with one default tenant until a key exists; required: refuse "
+        "to start without a key (production).",
+    )
+    bootstrap_api_key: SecretStr | None = Field(
+        default=None, description="An API key to ensure at start-up, for automated deployments."
+    )
+    bootstrap_tenant: str = Field(default="default", min_length=1, max_length=200)
+    rate_limit_per_minute: int = Field(
+        default=600, ge=0, description="Requests per minute per API key; 0 turns it off."
+    )
+    token_limit_per_day: int = Field(
+        default=0, ge=0, description="Upstream tokens per day per API key; 0 turns it off."
+    )
+    redis_url: str | None = Field(
+        default=None,
+        description="redis://host:port/db to share rate-limit counters between replicas; "
+        "without it they live in the process.",
+    )
     anthropic_api_key: SecretStr | None = Field(
         default=None,
         validation_alias="ANTHROPIC_API_KEY",

@@ -114,7 +114,9 @@ def main() -> None:
     backend = env["CITEGATE_DATABASE_URL"].split(":", 1)[0]
     bare_s, pdf_s, text_s = (statistics.median(t) for t in (bare, pdf_times, text_times))
     print(f"database: {backend}; median of {args.rounds} rounds")
-    print(f"117-page PDF ({len(pdf) / 1e6:.1f} MB): bare pypdfium2 extraction {bare_s * 1000:.0f} ms")
+    print(
+        f"117-page PDF ({len(pdf) / 1e6:.1f} MB): bare pypdfium2 extraction {bare_s * 1000:.0f} ms"
+    )
     print(
         f"117-page PDF through the API: {pdf_s * 1000:.0f} ms = {pdf_s / bare_s:.2f}x bare"
         " (target <= 1.5x)"

@@ -20,7 +20,7 @@ from sqlalchemy.pool import NullPool
 
 from app.db.engine import create_engine
 from app.db.migrations import upgrade_to_head
-from app.db.models import Document
+from app.db.models import DEFAULT_TENANT_ID, ApiKey, Document, Tenant
 from app.main import create_app
 from app.settings import Settings
 
@@ -106,17 +106,19 @@ def served(settings: Settings) -> Iterator[ServedApp]:
         yield app
 
 
-async def _delete_documents(url: str) -> None:
+async def _delete_everything(url: str) -> None:
     engine = create_engine(url, poolclass=NullPool)
     async with engine.begin() as connection:
         await connection.execute(delete(Document))  # blobs and chunks go by cascade
+        await connection.execute(delete(ApiKey))
+        await connection.execute(delete(Tenant).where(Tenant.id != DEFAULT_TENANT_ID))
     await engine.dispose()
 
 
 @pytest.fixture
 def client(served: ServedApp, database_url: str) -> Iterator[httpx.Client]:
-    """An HTTP client of the served app; every test starts with no documents."""
-    _run(_delete_documents(database_url))
+    """An HTTP client of the served app; every test starts with no data and no API key."""
+    _run(_delete_everything(database_url))
     with httpx.Client(base_url=served.base_url, timeout=60) as http:
         yield http
 

@@ -6,11 +6,20 @@ from collections.abc import AsyncIterator
 from typing import Annotated
 
 from fastapi import Depends, Query, Request
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.db.models import DEFAULT_TENANT_ID
+from app.auth.keys import Principal, authenticate
+from app.auth.limits import KeyLimits
+from app.errors import Unauthorized
 from app.pagination import DEFAULT_LIMIT, MAX_LIMIT
 from app.settings import Settings
+
+_bearer = HTTPBearer(
+    auto_error=False,
+    scheme_name="ApiKey",
+    description="An API key from `citegate keys create`, as `Authorization: Bearer <key>`.",
+)
 
 
 async def _session(request: Request) -> AsyncIterator[AsyncSession]:
@@ -23,16 +32,46 @@ def _settings(request: Request) -> Settings:
     return settings
 
 
-def _tenant_id() -> str:
-    # One default tenant until API keys arrive; every query is already scoped by tenant.
-    return DEFAULT_TENANT_ID
-
-
 SessionDep = Annotated[AsyncSession, Depends(_session)]
 SettingsDep = Annotated[Settings, Depends(_settings)]
+
+
+async def require_principal(
+    request: Request,
+    session: SessionDep,
+    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
+) -> Principal:
+    """The caller, from its API key; counts the request against the key's limit."""
+    if credentials is None and "authorization" in request.headers:
+        raise Unauthorized  # a header that is not "Bearer <key>"
+    principal = await authenticate(session, credentials.credentials if credentials else None)
+    if principal is None:
+        raise Unauthorized
+    request.state.tenant_id = principal.tenant_id  # for the request log; never the key
+    limits: KeyLimits = request.app.state.key_limits
+    await limits.count_request(principal)
+    return principal
+
+
+PrincipalDep = Annotated[Principal, Depends(require_principal)]
+
+
+def _tenant_id(principal: PrincipalDep) -> str:
+    return principal.tenant_id
+
+
 TenantDep = Annotated[str, Depends(_tenant_id)]
 LimitQuery = Annotated[int, Query(ge=1, le=MAX_LIMIT, description=f"Page size, 1 to {MAX_LIMIT}.")]
 CursorQuery = Annotated[
     str | None, Query(description="`next_cursor` of the previous page.", max_length=200)
 ]
-__all__ = ["DEFAULT_LIMIT", "CursorQuery", "LimitQuery", "SessionDep", "SettingsDep", "TenantDep"]
+__all__ = [
+    "DEFAULT_LIMIT",
+    "CursorQuery",
+    "LimitQuery",
+    "PrincipalDep",
+    "SessionDep",
+    "SettingsDep",
+    "TenantDep",
+    "require_principal",
+]

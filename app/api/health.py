@@ -7,7 +7,8 @@ from typing import Literal
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel
-from sqlalchemy import text
+
+from app.auth.keys import any_key_exists
 
 router = APIRouter(tags=["operations"])
 
@@ -20,6 +21,7 @@ class Readiness(BaseModel):
     status: Literal["ready", "unavailable"]
     database: Literal["ok", "unavailable"]
     upstream: str
+    auth: Literal["open", "keys", "unknown"]
 
 
 @router.get("/healthz", operation_id="getHealth", summary="The process is up (no I/O)")
@@ -35,10 +37,12 @@ async def healthz() -> Health:
     responses={503: {"model": Readiness, "description": "The database does not answer."}},
 )
 async def readyz(request: Request) -> JSONResponse:
+    database: Literal["ok", "unavailable"] = "ok"
+    auth: Literal["open", "keys", "unknown"] = "unknown"
     try:
-        async with request.app.state.engine.connect() as connection:
-            await connection.execute(text("SELECT 1"))
-        database: Literal["ok", "unavailable"] = "ok"
+        async with request.app.state.sessions() as session:
+            # "open" warns that anyone reaching the service can read and write its data.
+            auth = "keys" if await any_key_exists(session) else "open"
     except Exception:  # any failure to reach the database means not ready
         database = "unavailable"
     ready = database == "ok"
@@ -46,5 +50,6 @@ async def readyz(request: Request) -> JSONResponse:
         status="ready" if ready else "unavailable",
         database=database,
         upstream=request.app.state.settings.upstream_name,
+        auth=auth,
     )
     return JSONResponse(body.model_dump(), status_code=200 if ready else 503)

@@ -44,7 +44,12 @@ def test_serve_migrates_then_answers(fresh_sqlite: dict[str, str]) -> None:
                 assert process.poll() is None, process.stdout.read() if process.stdout else ""
                 assert time.monotonic() < deadline, "citegate serve did not start"
                 time.sleep(0.1)
-        assert ready.json() == {"status": "ready", "database": "ok", "upstream": "local"}
+        assert ready.json() == {
+            "status": "ready",
+            "database": "ok",
+            "upstream": "local",
+            "auth": "open",
+        }
         created = httpx.post(
             f"http://127.0.0.1:{port}/v1/documents",
             json={"source": {"type": "text", "data": "Served by the CLI."}},
@@ -64,3 +69,37 @@ def test_migrate_creates_the_schema(fresh_sqlite: dict[str, str], tmp_path: Path
         tenants = connection.execute("SELECT id FROM tenants").fetchall()
     assert {"documents", "document_blobs", "document_chunks", "tenants"} <= tables
     assert tenants == [("ten_default",)]
+
+
+def test_keys_create_list_revoke(fresh_sqlite: dict[str, str]) -> None:
+    assert CITEGATE
+
+    def run(*args: str) -> str:
+        done = subprocess.run(
+            [CITEGATE, "keys", *args], env=fresh_sqlite, capture_output=True, text=True, timeout=60
+        )
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    created = dict(line.split(": ", 1) for line in run("create", "--tenant", "acme").splitlines())
+    assert created["key"].startswith("cg_") and len(created["key"]) >= 40
+    assert created["key"].startswith(created["prefix"])
+    listed = run("list")
+    assert created["id"] in listed and "acme" in listed and created["prefix"] in listed
+    assert created["key"] not in listed  # shown once, never again
+    assert run("revoke", created["id"]).strip() == f"revoked {created['id']}"
+    assert listed.split()[-1] == "-" and run("list").split()[-1] != "-"
+    missing = subprocess.run(
+        [CITEGATE, "keys", "revoke", "key_nope"], env=fresh_sqlite, capture_output=True, timeout=60
+    )
+    assert missing.returncode == 1
+
+
+def test_auth_required_refuses_to_start_open(fresh_sqlite: dict[str, str]) -> None:
+    assert CITEGATE
+    env = dict(fresh_sqlite, CITEGATE_AUTH="required")
+    done = subprocess.run(
+        [CITEGATE, "serve", "--port", str(free_port())], env=env, capture_output=True, timeout=60
+    )
+    assert done.returncode != 0
+    assert b"CITEGATE_AUTH=required but no API key exists" in done.stdout + done.stderr

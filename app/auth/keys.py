@@ -1,0 +1,112 @@
+"""API keys: made here, shown once, stored only as a SHA-256 hash.
+
+A key is ``cg_`` followed by 43 URL-safe characters (256 random bits). Its first 12 characters
+are kept in clear as the prefix that people use to tell keys apart. A high-entropy secret needs
+no slow hash: SHA-256 is enough, and lookups stay one indexed query.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import secrets
+from dataclasses import dataclass
+
+from sqlalchemy import select
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from app.db.models import DEFAULT_TENANT_ID, ApiKey, Tenant, utcnow
+from app.errors import NotFound
+from app.ids import new_id
+
+KEY_PREFIX = "cg_"
+PREFIX_LENGTH = 12
+_MAX_KEY_LENGTH = 256
+
+
+@dataclass(frozen=True, slots=True)
+class Principal:
+    """Who is calling: a tenant, through a key (or none while the service runs open)."""
+
+    tenant_id: str
+    key_id: str | None
+
+
+def hash_key(key: str) -> str:
+    return hashlib.sha256(key.encode()).hexdigest()
+
+
+def generate_key() -> str:
+    return KEY_PREFIX + secrets.token_urlsafe(32)
+
+
+async def tenant_by_name(session: AsyncSession, name: str) -> Tenant:
+    """The tenant with that name, created if it does not exist yet."""
+    tenant = await session.scalar(select(Tenant).where(Tenant.name == name))
+    if tenant is None:
+        tenant = Tenant(id=new_id("ten"), name=name)
+        session.add(tenant)
+        await session.flush()
+    return tenant
+
+
+async def create_key(
+    session: AsyncSession, tenant_name: str, key: str | None = None
+) -> tuple[ApiKey, str]:
+    """A new key for the tenant (created if new). Returns the row and the key, shown once."""
+    key = key or generate_key()
+    tenant = await tenant_by_name(session, tenant_name)
+    row = ApiKey(
+        id=new_id("key"), tenant_id=tenant.id, prefix=key[:PREFIX_LENGTH], key_hash=hash_key(key)
+    )
+    session.add(row)
+    await session.commit()
+    return row, key
+
+
+async def ensure_key(session: AsyncSession, tenant_name: str, key: str) -> ApiKey:
+    """Make sure the given key exists (the bootstrap key of a deployment)."""
+    existing = await session.scalar(select(ApiKey).where(ApiKey.key_hash == hash_key(key)))
+    if existing is not None:
+        return existing
+    row, _ = await create_key(session, tenant_name, key)
+    return row
+
+
+async def list_keys(session: AsyncSession) -> list[tuple[ApiKey, str]]:
+    """Every key with its tenant's name, oldest first."""
+    query = select(ApiKey, Tenant.name).join(Tenant).order_by(ApiKey.id)
+    return [(key, name) for key, name in (await session.execute(query)).tuples()]
+
+
+async def revoke_key(session: AsyncSession, key_id: str) -> ApiKey:
+    row = await session.get(ApiKey, key_id)
+    if row is None:
+        raise NotFound(f"No API key with id {key_id!r}.", code="api_key_not_found")
+    if row.revoked_at is None:
+        row.revoked_at = utcnow()
+        await session.commit()
+    return row
+
+
+async def any_key_exists(session: AsyncSession) -> bool:
+    """Once any key was ever made, revoked or not, the service never runs open again."""
+    return await session.scalar(select(ApiKey.id).limit(1)) is not None
+
+
+async def authenticate(session: AsyncSession, presented: str | None) -> Principal | None:
+    """The principal behind the Authorization header's key, or None when it must be refused.
+
+    ``presented`` is None when no Authorization header came: allowed only while no key exists.
+    """
+    if presented is None:
+        if await any_key_exists(session):
+            return None
+        return Principal(DEFAULT_TENANT_ID, None)
+    if not presented or len(presented) > _MAX_KEY_LENGTH:
+        return None
+    digest = hash_key(presented)
+    row = await session.scalar(select(ApiKey).where(ApiKey.key_hash == digest))
+    if row is None or not hmac.compare_digest(row.key_hash, digest) or row.revoked_at is not None:
+        return None
+    return Principal(row.tenant_id, row.id)
