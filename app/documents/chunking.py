@@ -1,0 +1,119 @@
+"""Sentence chunks for citations: spans that tile a text exactly.
+
+The Messages API cites character ranges of sentence chunks, so the spans cover the text with no gap
+and no overlap, in Python ``str`` offsets of the text as given (it is never normalised).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import itertools
+import re
+
+import blingfire
+
+# The C entry point, called directly: the Python wrapper maps offsets with a Python loop over
+# every byte (~0.2 s per MB), raises on lone surrogates and on "", and makes up a span for blank
+# text.
+_TEXT_TO_SENTENCES = blingfire.blingfire.TextToSentencesWithOffsets
+
+_SURROGATE = re.compile(r"[\ud800-\udfff]")
+# blingfire does not take most accented Latin-1 capitals (À to Û but Ä Æ Ð Ö Ø; UTF-8 C3 80-9B)
+# for capitals, so it never starts a sentence at "Él" or "À". It is shown "Ä" instead, which it
+# knows and which is as long in UTF-8, so no offset moves.
+_UNSEEN_CAPITAL = re.compile(rb"\xc3[\x80-\x83\x85\x87-\x8f\x91-\x95\x99-\x9b]")
+_CLOSERS = r"[\"'\u2019\u201d\u00bb)\]]"
+_OPENERS = r"[\"'\u2018\u201c\u201e\u00ab(\[]"
+# Sentence starts that blingfire misses: an inverted mark after a full stop ("z.B. gut. ¿Qué
+# tal?"), and a quoted or bracketed sentence right after another one ('"Stop!" "Why?"', whose
+# first letter, group 1, must be a capital).
+_MISSED_START = re.compile(
+    rf"[.!?\u2026](?:{_CLOSERS}*\s+(?=[\u00bf\u00a1])|{_CLOSERS}+\s+(?={_OPENERS}+(\w)))"
+)
+# Used only when blingfire refuses a text or its offsets do not check out.
+_FALLBACK = re.compile(rf"[.!?\u2026]+{_CLOSERS}*\s+|[\u3002\uff01\uff1f]+\s*")
+# A line that starts with a list number (group 1): blingfire splits "2. Walk." after "2.".
+_LIST_NUMBER = re.compile(r"^[ \t]*(\d{1,3}\.)[ \t]+", re.MULTILINE)
+# A German ordinal before a month or century: blingfire splits "am 3. Oktober" after "3."
+_ORDINAL = re.compile(r"\b\d{1,2}\.\s+\Z")
+_ORDINAL_NOUN = re.compile(
+    r"(?:Januar|J\u00e4nner|Februar|M\u00e4rz|April|Mai|Juni|Juli|August|September|Oktober"
+    r"|November|Dezember|Jahrhundert)\b"
+)
+
+
+def split_sentences(text: str) -> list[tuple[int, int]]:
+    """Split text into sentence spans that tile it.
+
+    Returns ``(start, end)`` pairs of ``str`` offsets, end exclusive: the first starts at 0, each
+    starts where the previous one ends, the last ends at ``len(text)``, none is empty, and ``""``
+    gives ``[]``. Whitespace after a sentence belongs to it (as in the Messages API's own chunks:
+    "The grass is green. The sky is blue." is (0, 20), (20, 36)); whitespace at the very start
+    belongs to the first sentence, and a blank text is one span. Line breaks do not end a
+    sentence by themselves. Never raises, whatever the string.
+    """
+    if not text:
+        return []
+    cuts = _blingfire_cuts(text)
+    if cuts is None:
+        cuts = [match.end() for match in _FALLBACK.finditer(text)]
+    missed = [m.end() for m in _MISSED_START.finditer(text) if not m[1] or m[1].isupper()]
+    if missed:
+        cuts = sorted({*cuts, *missed})
+    list_items = {match.end(): match.start(1) for match in _LIST_NUMBER.finditer(text)}
+    bounds = [0]
+    for cut in cuts:
+        # Whitespace goes with the sentence before, also what blingfire does not count as blank
+        # (U+0085, U+2028...).
+        while cut < len(text) and text[cut].isspace():
+            cut += 1
+        # A sentence does not start in lowercase: blingfire splits `"Is that so?" she asked.`
+        if cut >= len(text) or text[cut].islower():
+            continue
+        if _ORDINAL_NOUN.match(text, cut) and _ORDINAL.search(text, max(cut - 8, 0), cut):
+            continue
+        # A numbered item starts at its number: "1. Feed.\n2. Walk." is cut before "2.".
+        cut = list_items.get(cut, cut)
+        if cut > bounds[-1]:
+            bounds.append(cut)
+    bounds.append(len(text))
+    return list(itertools.pairwise(bounds))
+
+
+def _blingfire_cuts(text: str) -> list[int] | None:
+    """Offsets where blingfire starts the second, third, ... sentence; None if unusable."""
+    try:
+        data = text.encode()
+    except UnicodeEncodeError:
+        # Lone surrogates have no UTF-8; U+FFFD is one code point too, so offsets stay put.
+        data = _SURROGATE.sub("\ufffd", text).encode()
+    data = _UNSEEN_CAPITAL.sub("\u00c4".encode(), data)
+    size = len(data)
+    # The output (the sentences joined by "\n", then a NUL) is at most 2 * size + 1 bytes, and the
+    # C code clears `cap` ints of `starts`. End offsets are not needed: None asks for none.
+    cap = 2 * size + 2
+    if cap > 2**31 - 1:  # sizes are C ints
+        return None
+    out = ctypes.create_string_buffer(cap)
+    starts = (ctypes.c_int32 * cap)()
+    out_size = int(_TEXT_TO_SENTENCES(data, size, out, starts, None, cap))
+    if not 0 < out_size <= cap:  # -1: refused, e.g. a text that is only a BOM
+        return None
+    # One sentence a line: blingfire turns "\n" inside a sentence into a space.
+    count = ctypes.string_at(out, out_size - 1).count(b"\n") + 1
+    # Byte offsets of each sentence's first non-blank character; trust them only once checked.
+    offsets = starts[:count]
+    if any(not 0 <= a < b < size for a, b in itertools.pairwise(offsets)):
+        return None
+    if size == len(text):  # ASCII: a byte is a code point
+        return offsets[1:]
+    cuts: list[int] = []
+    done = chars = 0
+    try:
+        for offset in offsets[1:]:
+            chars += len(data[done:offset].decode())  # raises if offset splits a character
+            done = offset
+            cuts.append(chars)
+    except UnicodeDecodeError:
+        return None
+    return cuts
