@@ -1,0 +1,320 @@
+"""Parse and validate a Messages API request body as the upstream does, or raise
+``InvalidRequestError`` with the upstream's message.
+
+Shape errors come from pydantic and are worded like the upstream's (``max_tokens: Field
+required``). The rules pydantic cannot express are checked after: what each role may carry under
+the ``anthropic-version``, non-empty text, citations on all documents or none, at most 4
+``cache_control`` blocks and their TTL order. Where the real wording is unknown, the message says
+the same thing plainly (marked below).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal, TypeVar
+
+from pydantic import BaseModel, TypeAdapter, ValidationError
+
+from app.local_engine.api_error import InvalidRequestError
+from app.local_engine.wire import (
+    CURRENT_VERSION,
+    AssistantBlock,
+    Block,
+    CacheControlParam,
+    ContentSource,
+    CountTokensParams,
+    CreateMessageParams,
+    DocumentBlockParam,
+    FileSource,
+    LegacyAssistantBlock,
+    LegacyUserBlock,
+    TextBlockParam,
+    ToolParam,
+    UncitedTextBlockParam,
+    UrlPdfSource,
+    UserBlock,
+)
+
+MAX_CACHE_CONTROL_BLOCKS = 4
+_VERSION = re.compile(r"\d{4}-\d{2}-\d{2}")
+_SAMPLING_PARAMS = ("temperature", "top_p", "top_k")
+
+_USER_BLOCKS: TypeAdapter[list[Any]] = TypeAdapter(list[UserBlock])
+_LEGACY_USER_BLOCKS: TypeAdapter[list[Any]] = TypeAdapter(list[LegacyUserBlock])
+_ASSISTANT_BLOCKS: TypeAdapter[list[Any]] = TypeAdapter(list[AssistantBlock])
+_LEGACY_ASSISTANT_BLOCKS: TypeAdapter[list[Any]] = TypeAdapter(list[LegacyAssistantBlock])
+_SYSTEM_BLOCKS: TypeAdapter[list[Any]] = TypeAdapter(list[UncitedTextBlockParam])
+
+_Model = TypeVar("_Model", bound=BaseModel)
+Role = Literal["user", "assistant", "system"]
+
+
+@dataclass(frozen=True, slots=True)
+class Turn:
+    """One message of the request, its string content turned into one text block."""
+
+    role: Role
+    blocks: tuple[Block, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ParsedRequest:
+    """A validated request, in the order the prompt is read: tools, system, then the turns."""
+
+    model: str
+    tools: tuple[ToolParam, ...]
+    system: tuple[UncitedTextBlockParam, ...]
+    turns: tuple[Turn, ...]
+    automatic_cache_control: CacheControlParam | None
+    max_tokens: int | None
+    stop_sequences: tuple[str, ...]
+    stream: bool
+
+    @property
+    def documents(self) -> list[DocumentBlockParam]:
+        """Every document block, in request order: ``document_index`` counts these."""
+        return [
+            block
+            for turn in self.turns
+            for block in turn.blocks
+            if isinstance(block, DocumentBlockParam)
+        ]
+
+    @property
+    def question(self) -> str:
+        """The text blocks of the last user turn, one per line."""
+        for turn in reversed(self.turns):
+            if turn.role == "user":
+                return "\n".join(
+                    block.text
+                    for block in turn.blocks
+                    if isinstance(block, TextBlockParam | UncitedTextBlockParam)
+                )
+        return ""
+
+
+def check_version(header: str | None) -> str:
+    """The ``anthropic-version`` header, which the upstream requires (so does the engine)."""
+    if not header:
+        raise InvalidRequestError("anthropic-version: header is required")
+    if not _VERSION.fullmatch(header):
+        # Wording not confirmed against the upstream.
+        raise InvalidRequestError(f"anthropic-version: '{header}' is not a valid version")
+    return header
+
+
+def parse_create_request(body: bytes, version: str) -> ParsedRequest:
+    """Validate the body of ``POST /v1/messages`` under an ``anthropic-version``."""
+    params = _validate_model(CreateMessageParams, _load_json(body))
+    if version >= CURRENT_VERSION:
+        for name in _SAMPLING_PARAMS:
+            if name in params.model_fields_set:
+                raise InvalidRequestError(f"{name}: Extra inputs are not permitted")
+    return _parse_prompt(
+        params,
+        version,
+        max_tokens=params.max_tokens,
+        stop_sequences=tuple(params.stop_sequences or ()),
+        stream=bool(params.stream),
+    )
+
+
+def parse_count_tokens_request(body: bytes, version: str) -> ParsedRequest:
+    """Validate the body of ``POST /v1/messages/count_tokens``."""
+    params = _validate_model(CountTokensParams, _load_json(body))
+    return _parse_prompt(params, version, max_tokens=None, stop_sequences=(), stream=False)
+
+
+def _load_json(body: bytes) -> Any:
+    try:
+        return json.loads(body)
+    except ValueError as exc:  # JSONDecodeError, or bytes that are not UTF-8
+        raise InvalidRequestError(f"The request body is not valid JSON: {exc}") from exc
+
+
+def _validate_model(model: type[_Model], data: Any) -> _Model:
+    if not isinstance(data, dict):
+        raise InvalidRequestError(
+            "Input should be a valid dictionary or object to extract fields from"
+        )
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        raise _first_error(exc, ()) from exc
+
+
+def _validate_list(adapter: TypeAdapter[list[Any]], data: Any, where: tuple[str | int, ...]) -> Any:
+    try:
+        return adapter.validate_python(data)
+    except ValidationError as exc:
+        raise _first_error(exc, where) from exc
+
+
+def _first_error(exc: ValidationError, where: tuple[str | int, ...]) -> InvalidRequestError:
+    # The upstream names one problem: the first, with its dotted location.
+    error = exc.errors(include_url=False)[0]
+    location = ".".join(str(part) for part in (*where, *error["loc"]))
+    return InvalidRequestError(f"{location}: {error['msg']}" if location else error["msg"])
+
+
+def _parse_prompt(
+    params: CreateMessageParams | CountTokensParams,
+    version: str,
+    *,
+    max_tokens: int | None,
+    stop_sequences: tuple[str, ...],
+    stream: bool,
+) -> ParsedRequest:
+    if not params.messages:
+        raise InvalidRequestError("messages: at least one message is required")
+    current = version >= CURRENT_VERSION
+    system = _parse_system(params.system)
+    turns: list[Turn] = []
+    last = len(params.messages) - 1
+    for number, message in enumerate(params.messages):
+        blocks = _parse_content(message.role, message.content, number, current)
+        if not blocks and not (number == last and message.role == "assistant"):
+            raise InvalidRequestError(
+                f"messages.{number}: all messages must have non-empty content except for the "
+                "optional final assistant message"
+            )
+        turns.append(Turn(message.role, tuple(blocks)))
+    request = ParsedRequest(
+        model=params.model,
+        tools=tuple(params.tools or ()),
+        system=tuple(system),
+        turns=tuple(turns),
+        automatic_cache_control=params.cache_control,
+        max_tokens=max_tokens,
+        stop_sequences=stop_sequences,
+        stream=stream,
+    )
+    _check_documents(request, params.output_config)
+    _check_cache_controls(request)
+    return request
+
+
+def _parse_system(system: Any) -> list[UncitedTextBlockParam]:
+    if system is None or system == "":
+        return []
+    if isinstance(system, str):
+        return [UncitedTextBlockParam(type="text", text=system)]
+    blocks: list[UncitedTextBlockParam] = _validate_list(_SYSTEM_BLOCKS, system, ("system",))
+    for block in blocks:
+        _check_text(block.text, "system")
+    return blocks
+
+
+def _parse_content(role: Role, content: Any, number: int, current: bool) -> list[Block]:
+    if isinstance(content, str):
+        if not content:
+            return []
+        _check_text(content, "messages")
+        text_type = UncitedTextBlockParam if role != "assistant" else TextBlockParam
+        return [text_type(type="text", text=content)]
+    if role == "system":
+        adapter: TypeAdapter[list[Any]] = _SYSTEM_BLOCKS
+    elif role == "user":
+        adapter = _USER_BLOCKS if current else _LEGACY_USER_BLOCKS
+    else:
+        adapter = _ASSISTANT_BLOCKS if current else _LEGACY_ASSISTANT_BLOCKS
+    blocks: list[Block] = _validate_list(adapter, content, ("messages", number, "content"))
+    for place, block in enumerate(blocks):
+        if isinstance(block, TextBlockParam | UncitedTextBlockParam):
+            _check_text(block.text, "messages")
+        elif isinstance(block, DocumentBlockParam):
+            _check_document_source(block, f"messages.{number}.content.{place}.document.source")
+    return blocks
+
+
+def _check_text(text: str, where: str) -> None:
+    if not text:
+        raise InvalidRequestError(f"{where}: text content blocks must be non-empty")
+    if text.isspace():
+        raise InvalidRequestError(f"{where}: text content blocks must contain non-whitespace text")
+
+
+def _check_document_source(block: DocumentBlockParam, where: str) -> None:
+    source = block.source
+    if isinstance(source, UrlPdfSource | FileSource):
+        # A limit of the local engine (no network, no file store), not of the upstream.
+        raise InvalidRequestError(
+            f"{where}: the local engine cannot read '{source.type}' sources; "
+            "send the document itself (text, base64 PDF or content)"
+        )
+    if isinstance(source, ContentSource) and not isinstance(source.content, str):
+        if not source.content:
+            raise InvalidRequestError(f"{where}.content: List should have at least 1 item")
+        last = len(source.content) - 1
+        for place, item in enumerate(source.content):
+            if isinstance(item, UncitedTextBlockParam):
+                _check_text(item.text, "messages")
+            if item.cache_control is not None and place != last:
+                # Wording not confirmed against the upstream.
+                raise InvalidRequestError(
+                    f"{where}.content.{place}.cache_control: cache_control is only allowed on "
+                    "the last block of a content source; put it on the document block instead"
+                )
+    elif isinstance(source, ContentSource) and not source.content:
+        raise InvalidRequestError(f"{where}.content: String should have at least 1 character")
+
+
+def _check_documents(request: ParsedRequest, output_config: dict[str, Any] | None) -> None:
+    documents = request.documents
+    enabled = {document.citations_enabled for document in documents}
+    if len(enabled) > 1:
+        # Wording not confirmed: the documented rule, said as the documentation says it.
+        raise InvalidRequestError(
+            "citations must be enabled on all or none of the documents within a request"
+        )
+    if True in enabled and output_config and output_config.get("format") is not None:
+        # Wording not confirmed against the upstream.
+        raise InvalidRequestError(
+            "citations cannot be enabled together with structured output (output_config.format)"
+        )
+
+
+def cache_controls(request: ParsedRequest) -> Iterator[CacheControlParam]:
+    """Every ``cache_control`` of the request in prompt order: tools, system, messages (a
+    content source's own blocks right after their document), then the top-level one."""
+    for tool in request.tools:
+        if tool.cache_control is not None:
+            yield tool.cache_control
+    for system_block in request.system:
+        if system_block.cache_control is not None:
+            yield system_block.cache_control
+    for turn in request.turns:
+        for block in turn.blocks:
+            if block.cache_control is not None:
+                yield block.cache_control
+            if isinstance(block, DocumentBlockParam):
+                yield from _source_cache_controls(block)
+    if request.automatic_cache_control is not None:
+        yield request.automatic_cache_control
+
+
+def _source_cache_controls(block: DocumentBlockParam) -> Sequence[CacheControlParam]:
+    source = block.source
+    if not isinstance(source, ContentSource) or isinstance(source.content, str):
+        return ()
+    return [item.cache_control for item in source.content if item.cache_control is not None]
+
+
+def _check_cache_controls(request: ParsedRequest) -> None:
+    controls = list(cache_controls(request))
+    if len(controls) > MAX_CACHE_CONTROL_BLOCKS:
+        raise InvalidRequestError(
+            f"A maximum of {MAX_CACHE_CONTROL_BLOCKS} blocks with cache_control may be provided. "
+            f"Found {len(controls)}."
+        )
+    seen_short = False
+    for control in controls:
+        if control.label == "5m":
+            seen_short = True
+        elif seen_short:
+            raise InvalidRequestError(
+                "a ttl='1h' cache_control block must not come after a ttl='5m' cache_control block"
+            )
