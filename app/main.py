@@ -6,9 +6,12 @@ import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
+import httpx
 from fastapi import Depends, FastAPI
 
-from app.api import health
+from app.answers.service import AnswerContext
+from app.answers.sources import SourceCache
+from app.api import answers, health
 from app.api.deps import require_principal
 from app.api.documents import documents_router
 from app.api.request_id import RequestIdMiddleware
@@ -16,7 +19,9 @@ from app.auth import keys
 from app.auth.limits import KeyLimits
 from app.db.engine import create_engine, create_session_factory
 from app.errors import install_error_handlers
+from app.local_engine import create_local_engine_app
 from app.settings import Settings
+from app.upstream.client import UpstreamClient, create_http_client
 
 log = logging.getLogger(__name__)
 
@@ -31,11 +36,21 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.state.engine = engine
         app.state.sessions = create_session_factory(engine)
         await _check_auth(app, settings)
+        transport = None
         if settings.upstream_name == "local":
             log.warning("no ANTHROPIC_API_KEY: questions are answered by the local engine")
+            transport = httpx.ASGITransport(app=create_local_engine_app())
+        http = create_http_client(settings, transport)
+        app.state.answer_context = AnswerContext(
+            upstream=UpstreamClient(http, settings),
+            sources=SourceCache(settings.source_cache_chars),
+            limits=app.state.key_limits,
+            settings=settings,
+        )
         try:
             yield
         finally:
+            await http.aclose()
             app.state.key_limits.close()
             await engine.dispose()
 
@@ -52,6 +67,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(health.router)
     authenticated = [Depends(require_principal)]
     app.include_router(documents_router(settings), dependencies=authenticated)
+    app.include_router(answers.router, dependencies=authenticated)
     return app
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field, SecretStr
+from pydantic import AliasChoices, Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 MIB = 1024 * 1024
@@ -47,9 +47,42 @@ class Settings(BaseSettings):
     )
     anthropic_api_key: SecretStr | None = Field(
         default=None,
-        validation_alias="ANTHROPIC_API_KEY",
+        validation_alias=AliasChoices("ANTHROPIC_API_KEY", "anthropic_api_key"),
         description="With a key the Messages API answers; without, the local engine.",
     )
+
+    anthropic_base_url: str = Field(
+        default="https://api.anthropic.com",
+        validation_alias=AliasChoices("ANTHROPIC_BASE_URL", "anthropic_base_url"),
+        description="The Messages API, when a key is set.",
+    )
+    anthropic_version: str = Field(default="2026-10-21", description="anthropic-version header.")
+    model: str | None = Field(
+        default=None,
+        description="Default model; citegate-local-1 for the local engine, else claude-sonnet-5.",
+    )
+    max_tokens: int = Field(default=1024, ge=1, le=128_000)
+    system_prompt: str | None = Field(default=None, description="Default system prompt.")
+    upstream_connect_timeout: float = Field(default=5.0, gt=0)
+    upstream_read_timeout: float = Field(default=300.0, gt=0)
+    upstream_max_attempts: int = Field(default=3, ge=1, le=10)
+    upstream_max_retry_seconds: float = Field(
+        default=60.0, ge=0, description="No retry starts after this long since the first try."
+    )
+    source_cache_chars: int = Field(
+        default=64_000_000,
+        ge=0,
+        description="Characters of prepared documents kept in memory between questions.",
+    )
+    max_pdf_pages_per_request: int = Field(
+        default=600, ge=1, description="The upstream's PDF page limit for one request."
+    )
+
+    @property
+    def default_model(self) -> str:
+        if self.model:
+            return self.model
+        return "claude-sonnet-5" if self.anthropic_api_key else "citegate-local-1"
 
     @property
     def upstream_name(self) -> str:

@@ -17,10 +17,11 @@ import uvicorn
 from sqlalchemy import delete, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.pool import NullPool
+from starlette.types import ASGIApp
 
 from app.db.engine import create_engine
 from app.db.migrations import upgrade_to_head
-from app.db.models import DEFAULT_TENANT_ID, ApiKey, Document, Tenant
+from app.db.models import DEFAULT_TENANT_ID, Answer, ApiKey, Document, Tenant
 from app.main import create_app
 from app.settings import Settings
 
@@ -74,19 +75,17 @@ def free_port() -> int:
         return port
 
 
-class ServedApp:
-    """The app served by uvicorn in a thread, on a real loopback socket."""
+class Served:
+    """An ASGI app served by uvicorn in a thread, on a real loopback socket."""
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, app: ASGIApp) -> None:
         self.port = free_port()
         self.base_url = f"http://127.0.0.1:{self.port}"
-        config = uvicorn.Config(
-            create_app(settings), host="127.0.0.1", port=self.port, log_level="warning"
-        )
+        config = uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning")
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self.server.run, daemon=True)
 
-    def __enter__(self) -> ServedApp:
+    def __enter__(self) -> Served:
         self.thread.start()
         deadline = time.monotonic() + 20
         while not self.server.started:
@@ -100,8 +99,15 @@ class ServedApp:
         self.thread.join(timeout=20)
 
 
+class ServedApp(Served):
+    """Citegate itself, served."""
+
+    def __init__(self, settings: Settings) -> None:
+        super().__init__(create_app(settings))
+
+
 @pytest.fixture(scope="session")
-def served(settings: Settings) -> Iterator[ServedApp]:
+def served(settings: Settings) -> Iterator[Served]:
     with ServedApp(settings) as app:
         yield app
 
@@ -109,6 +115,7 @@ def served(settings: Settings) -> Iterator[ServedApp]:
 async def _delete_everything(url: str) -> None:
     engine = create_engine(url, poolclass=NullPool)
     async with engine.begin() as connection:
+        await connection.execute(delete(Answer))
         await connection.execute(delete(Document))  # blobs and chunks go by cascade
         await connection.execute(delete(ApiKey))
         await connection.execute(delete(Tenant).where(Tenant.id != DEFAULT_TENANT_ID))
@@ -116,7 +123,7 @@ async def _delete_everything(url: str) -> None:
 
 
 @pytest.fixture
-def client(served: ServedApp, database_url: str) -> Iterator[httpx.Client]:
+def client(served: Served, database_url: str) -> Iterator[httpx.Client]:
     """An HTTP client of the served app; every test starts with no data and no API key."""
     _run(_delete_everything(database_url))
     with httpx.Client(base_url=served.base_url, timeout=60) as http:

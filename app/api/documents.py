@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import PurePosixPath, PureWindowsPath
-from typing import Annotated, Any
+from typing import Annotated
 from urllib.parse import quote
 
 from fastapi import APIRouter, Depends, File, Form, Request, Response, UploadFile, status
@@ -11,6 +11,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
 from app.api.deps import DEFAULT_LIMIT, CursorQuery, LimitQuery, SessionDep, TenantDep
+from app.api.problems import problems
 from app.db.models import Document, DocumentChunk
 from app.documents import service
 from app.documents.schemas import (
@@ -24,14 +25,8 @@ from app.documents.schemas import (
     TextSource,
     Title,
 )
-from app.errors import PROBLEM_MEDIA_TYPE, PayloadTooLarge
+from app.errors import PayloadTooLarge
 from app.settings import MIB, Settings
-
-_PROBLEM = {"content": {PROBLEM_MEDIA_TYPE: {}}, "description": "Problem document"}
-
-
-def _problems(*statuses: int) -> dict[int | str, dict[str, Any]]:
-    return {status_code: _PROBLEM for status_code in statuses}
 
 
 def document_out(document: Document) -> DocumentOut:
@@ -113,7 +108,7 @@ def documents_router(settings: Settings) -> APIRouter:
         response_model=DocumentOut,
         responses={
             200: {"model": DocumentOut, "description": "The same bytes were stored before."},
-            **_problems(404, 413, 415, 422),
+            **problems(404, 413, 415, 422),
         },
         max_body_size=upload_limit,
         dependencies=[Depends(_refuse_empty_form_fields)],
@@ -151,7 +146,7 @@ def documents_router(settings: Settings) -> APIRouter:
         response_model=DocumentOut,
         responses={
             200: {"model": DocumentOut, "description": "The same bytes were stored before."},
-            **_problems(413, 415, 422),
+            **problems(413, 415, 422),
         },
         max_body_size=json_limit,
     )
@@ -182,7 +177,7 @@ def documents_router(settings: Settings) -> APIRouter:
         operation_id="listDocuments",
         summary="List documents, newest first",
         response_model=DocumentPage,
-        responses=_problems(422),
+        responses=problems(422),
     )
     async def list_documents(
         session: SessionDep,
@@ -200,7 +195,7 @@ def documents_router(settings: Settings) -> APIRouter:
         operation_id="getDocument",
         summary="Get a document",
         response_model=DocumentOut,
-        responses=_problems(404),
+        responses=problems(404),
     )
     async def get_document(
         document_id: str, session: SessionDep, tenant_id: TenantDep
@@ -221,7 +216,7 @@ def documents_router(settings: Settings) -> APIRouter:
                     "application/json": {"schema": {"type": "array", "items": {}}},
                 },
             },
-            **_problems(404),
+            **problems(404),
         },
     )
     async def get_document_content(
@@ -241,7 +236,7 @@ def documents_router(settings: Settings) -> APIRouter:
         operation_id="listDocumentChunks",
         summary="List a document's chunks in order",
         response_model=ChunkPage,
-        responses=_problems(404, 422),
+        responses=problems(404, 422),
     )
     async def list_document_chunks(
         document_id: str,
@@ -259,7 +254,7 @@ def documents_router(settings: Settings) -> APIRouter:
         summary="Delete a document, its bytes and its index",
         status_code=status.HTTP_204_NO_CONTENT,
         response_class=Response,
-        responses=_problems(404),
+        responses=problems(404),
     )
     async def delete_document(
         document_id: str, session: SessionDep, tenant_id: TenantDep

@@ -76,7 +76,7 @@ async def ensure_key(session: AsyncSession, tenant_name: str, key: str) -> ApiKe
 async def list_keys(session: AsyncSession) -> list[tuple[ApiKey, str]]:
     """Every key with its tenant's name, oldest first."""
     query = select(ApiKey, Tenant.name).join(Tenant).order_by(ApiKey.id)
-    return [(key, name) for key, name in (await session.execute(query)).tuples()]
+    return [(key, name) for key, name in (await session.execute(query)).all()]
 
 
 async def revoke_key(session: AsyncSession, key_id: str) -> ApiKey:

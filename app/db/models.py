@@ -132,3 +132,25 @@ class DocumentChunk(Base):
     end_char: Mapped[int] = mapped_column(Integer)
     page_number: Mapped[int | None] = mapped_column(Integer)
     block_index: Mapped[int | None] = mapped_column(Integer)
+
+
+class Answer(Base):
+    """A stored answer: what was asked, what the upstream said, its citations resolved."""
+
+    __tablename__ = "answers"
+
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    tenant_id: Mapped[str] = mapped_column(ForeignKey("tenants.id"), index=True)
+    status: Mapped[str] = mapped_column(String(16))
+    question: Mapped[str] = mapped_column(Text)
+    system: Mapped[str | None] = mapped_column(Text)
+    model: Mapped[str] = mapped_column(String(200))
+    max_tokens: Mapped[int] = mapped_column(Integer)
+    stop_reason: Mapped[str | None] = mapped_column(String(40))
+    text: Mapped[str] = mapped_column(Text)
+    segments: Mapped[list[dict[str, Any]]] = mapped_column(JSON)
+    documents: Mapped[list[dict[str, Any]]] = mapped_column(JSON)
+    usage: Mapped[dict[str, int]] = mapped_column(JSON)
+    upstream_message_id: Mapped[str | None] = mapped_column(String(200))
+    upstream_request_id: Mapped[str | None] = mapped_column(String(200))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)

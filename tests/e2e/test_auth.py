@@ -65,6 +65,14 @@ class Tenants:
         )
         assert upload.status_code == 201, upload.text
         self.document = upload.json()
+        answer = client.post(
+            "/v1/answers",
+            json={"question": "What color is the grass?", "document_ids": [self.document["id"]]},
+            headers=bearer(self.a),
+        )
+        assert answer.status_code == 200, answer.text
+        self.answer = answer.json()
+        self.ids = {"document_id": self.document["id"], "answer_id": self.answer["id"]}
 
 
 @pytest.fixture
@@ -85,16 +93,27 @@ def contract_operations(client: httpx.Client) -> list[tuple[str, str]]:
     return operations
 
 
+MISSING = {"document_id": "doc_doesnotexist", "answer_id": "ans_doesnotexist"}
+
+
 def call(
-    client: httpx.Client, method: str, path: str, document_id: str, headers: dict[str, str]
+    client: httpx.Client, method: str, path: str, ids: dict[str, str], headers: dict[str, str]
 ) -> httpx.Response:
-    url = re.sub(r"\{[a-z_]+_id\}", document_id, path)
+    """The operation on these ids, with a valid body for it."""
+    url = re.sub(r"\{([a-z_]+_id)\}", lambda m: ids[m.group(1)], path)
     body: dict[str, Any] = {}
     if method == "POST" and path.endswith("/upload"):
         body["files"] = {"file": ("b.txt", b"Tenant B writes this.")}
-    elif method == "POST":
+    elif method == "POST" and path.startswith("/v1/documents"):
         body["json"] = {"source": {"type": "text", "data": "Tenant B writes this."}}
+    elif method == "POST" and path.startswith("/v1/answers"):
+        body["json"] = {"question": "What color?", "document_ids": [ids["document_id"]]}
     return client.request(method, url, headers=headers, **body)
+
+
+def refers_to_ids(method: str, path: str) -> bool:
+    """Whether the operation names an existing resource (in its path or, for answers, body)."""
+    return "{" in path or (method == "POST" and path.startswith("/v1/answers"))
 
 
 def assert_unauthorized(response: httpx.Response) -> dict[str, Any]:
@@ -122,7 +141,7 @@ def test_every_route_refuses_callers_without_a_valid_key(
     bodies = []
     for method, path in operations:
         for headers in [*BAD_HEADERS.values(), bearer(tenants.revoked)]:
-            response = call(client, method, path, tenants.document["id"], headers)
+            response = call(client, method, path, tenants.ids, headers)
             bodies.append(assert_unauthorized(response))
     # One answer for every failure: nothing tells whether a key exists or was revoked.
     assert len({(b["detail"], b["title"], b["status"]) for b in bodies}) == 1
@@ -135,15 +154,16 @@ def test_another_tenants_ids_are_not_found_and_nothing_changes(
     document_id = tenants.document["id"]
     mine_before = client.get(f"/v1/documents/{document_id}/chunks", headers=bearer(tenants.a))
     for method, path in contract_operations(client):
-        response = call(client, method, path, document_id, bearer(tenants.b))
-        if "{" in path:
+        response = call(client, method, path, tenants.ids, bearer(tenants.b))
+        if refers_to_ids(method, path):
             assert response.status_code == 404, (method, path, response.text)
-            assert response.json()["code"] == "document_not_found"
+            assert response.json()["code"] in ("document_not_found", "answer_not_found")
             # Exactly the answer for an id that does not exist.
-            missing = call(client, method, path, "doc_doesnotexist", bearer(tenants.b))
-            assert response.json()["detail"].replace(document_id, "X") == missing.json()[
-                "detail"
-            ].replace("doc_doesnotexist", "X")
+            missing = call(client, method, path, MISSING, bearer(tenants.b))
+            redacted = response.text
+            for name, value in tenants.ids.items():
+                redacted = redacted.replace(value, MISSING[name])
+            assert redacted == missing.text
         elif method == "GET":
             assert response.status_code == 200
             assert document_id not in response.text
@@ -157,6 +177,7 @@ def test_another_tenants_ids_are_not_found_and_nothing_changes(
     assert client.get(f"/v1/documents/{document_id}/content", headers=a).content == GRASS
     listed = client.get("/v1/documents", headers=a).json()["data"]
     assert [d["id"] for d in listed] == [document_id]
+    assert client.get(f"/v1/answers/{tenants.answer['id']}", headers=a).json() == tenants.answer
 
 
 def test_deduplication_is_per_tenant(client: httpx.Client, tenants: Tenants) -> None:

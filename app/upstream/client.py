@@ -1,0 +1,194 @@
+"""The Messages API client: one pooled ``httpx.AsyncClient`` per process, retries where safe.
+
+Retries use tenacity: statuses 408, 409, 429, 500, 502, 503, 504 and 529 and failures to
+connect, after ``retry-after-ms`` / ``retry-after`` when the upstream sends them, else after a
+jittered exponential backoff; a bounded number of attempts, and no attempt starts after the
+total retry budget. A read timeout is not retried: the upstream may already be generating (and
+billing) that answer.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import logging
+import math
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+import orjson
+from pydantic import ValidationError
+from tenacity import (
+    AsyncRetrying,
+    RetryCallState,
+    retry_if_exception,
+    stop_after_attempt,
+    stop_before_delay,
+    wait_random_exponential,
+)
+
+from app.settings import Settings
+from app.upstream.errors import UpstreamError, error_for_status
+from app.upstream.wire import Message, TokenCount
+
+log = logging.getLogger(__name__)
+
+_JSON = {"content-type": "application/json"}
+RETRYABLE_STATUSES = frozenset({408, 409, 429, 500, 502, 503, 504, 529})
+_backoff = wait_random_exponential(multiplier=0.5, max=8)
+
+
+class _RetryableStatus(Exception):
+    def __init__(self, response: httpx.Response) -> None:
+        super().__init__(response.status_code)
+        self.response = response
+
+
+@dataclass(frozen=True, slots=True)
+class UpstreamAnswer:
+    message: Message
+    request_id: str | None
+
+
+def request_id_of(response: httpx.Response) -> str | None:
+    request_id: str | None = response.headers.get("request-id")
+    return request_id
+
+
+def retry_after_seconds(response: httpx.Response) -> float | None:
+    """The wait the upstream asks for, from retry-after-ms or retry-after (seconds or date)."""
+    headers = response.headers
+    try:
+        if (ms := headers.get("retry-after-ms")) is not None:
+            return max(0.0, float(ms) / 1000)
+        if (value := headers.get("retry-after")) is not None:
+            if value.strip().isdigit():
+                return float(value)
+            when = email.utils.parsedate_to_datetime(value)
+            return max(0.0, when.timestamp() - time.time())
+    except (TypeError, ValueError):
+        return None
+    return None
+
+
+def _wait(state: RetryCallState) -> float:
+    error = state.outcome.exception() if state.outcome else None
+    if isinstance(error, _RetryableStatus):
+        asked = retry_after_seconds(error.response)
+        if asked is not None:
+            return asked
+    return float(_backoff(state))
+
+
+def _is_retryable(error: BaseException) -> bool:
+    return isinstance(error, _RetryableStatus | httpx.ConnectError | httpx.ConnectTimeout)
+
+
+def _log_retry(state: RetryCallState) -> None:
+    error = state.outcome.exception() if state.outcome else None
+    reason = error.response.status_code if isinstance(error, _RetryableStatus) else repr(error)
+    log.warning("upstream attempt %d failed (%s); retrying", state.attempt_number, reason)
+
+
+def create_http_client(
+    settings: Settings, transport: httpx.AsyncBaseTransport | None
+) -> httpx.AsyncClient:
+    """The process's one HTTP client for the upstream."""
+    headers = {"anthropic-version": settings.anthropic_version}
+    if settings.anthropic_api_key is not None:
+        headers["x-api-key"] = settings.anthropic_api_key.get_secret_value()
+    timeout = httpx.Timeout(
+        settings.upstream_read_timeout, connect=settings.upstream_connect_timeout
+    )
+    return httpx.AsyncClient(
+        base_url=settings.anthropic_base_url if transport is None else "http://local-engine",
+        headers=headers,
+        timeout=timeout,
+        transport=transport,
+        limits=httpx.Limits(max_connections=200, max_keepalive_connections=50),
+    )
+
+
+class UpstreamClient:
+    """Posts Messages API requests; returns parsed answers or raises ``UpstreamError``."""
+
+    def __init__(self, http: httpx.AsyncClient, settings: Settings) -> None:
+        self._http = http
+        self._retrying = AsyncRetrying(
+            retry=retry_if_exception(_is_retryable),
+            wait=_wait,
+            stop=stop_after_attempt(settings.upstream_max_attempts)
+            | stop_before_delay(settings.upstream_max_retry_seconds),
+            before_sleep=_log_retry,
+            reraise=True,
+        )
+
+    async def create_message(self, body: dict[str, Any]) -> UpstreamAnswer:
+        response = await self._post("/v1/messages", body)
+        request_id = request_id_of(response)
+        try:
+            return UpstreamAnswer(Message.model_validate_json(response.content), request_id)
+        except ValidationError as exc:
+            log.warning("upstream answered a body that is not a message: %s", exc.errors()[:3])
+            raise UpstreamError(
+                "The upstream API answered with something that is not a Messages response.",
+                code="upstream_bad_response",
+                request_id=request_id,
+            ) from exc
+
+    async def count_tokens(self, body: dict[str, Any]) -> int:
+        response = await self._post("/v1/messages/count_tokens", body)
+        try:
+            return TokenCount.model_validate_json(response.content).input_tokens
+        except ValidationError as exc:
+            raise UpstreamError(
+                "The upstream API answered with something that is not a token count.",
+                code="upstream_bad_response",
+                request_id=request_id_of(response),
+            ) from exc
+
+    async def _post(self, path: str, body: dict[str, Any]) -> httpx.Response:
+        # orjson: documents make request bodies of megabytes; the json module is the bottleneck.
+        content = orjson.dumps(body)
+        try:
+            async for attempt in self._retrying.copy():
+                with attempt:
+                    response = await self._http.post(path, content=content, headers=_JSON)
+                    if response.status_code in RETRYABLE_STATUSES:
+                        raise _RetryableStatus(response)
+        except _RetryableStatus as exc:
+            response = exc.response
+        except httpx.TimeoutException as exc:
+            code = "upstream_unavailable" if isinstance(exc, httpx.ConnectTimeout) else None
+            if code:
+                raise UpstreamError("The upstream API could not be reached.") from exc
+            raise UpstreamError(
+                "The upstream API did not answer in time.", status=504, code="upstream_timeout"
+            ) from exc
+        except httpx.TransportError as exc:
+            raise UpstreamError("The upstream API could not be reached.") from exc
+        if response.is_success:
+            return response
+        raise _error_from(response)
+
+
+def _error_from(response: httpx.Response) -> UpstreamError:
+    message = ""
+    try:
+        payload = response.json()
+        message = str(payload["error"]["message"])
+        request_id = request_id_of(response) or payload.get("request_id")
+    except (ValueError, KeyError, TypeError):
+        request_id = request_id_of(response)
+    retry_after = retry_after_seconds(response)
+    error = error_for_status(
+        response.status_code,
+        message or response.reason_phrase,
+        request_id,
+        math.ceil(retry_after) if retry_after is not None else None,
+    )
+    log.warning(
+        "upstream error %d (%s), request id %s", response.status_code, error.code, request_id
+    )
+    return error

@@ -1,0 +1,44 @@
+"""The parts of the Messages API's responses that Citegate reads; everything else is kept."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class Usage(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_creation_input_tokens: int | None = 0
+    cache_read_input_tokens: int | None = 0
+
+
+class ContentBlock(BaseModel):
+    """Any content block; text blocks carry ``text`` and maybe ``citations``."""
+
+    model_config = ConfigDict(extra="allow")
+
+    type: str
+    text: str | None = None
+    citations: list[dict[str, Any]] | None = None
+
+
+class Message(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    id: str
+    type: Literal["message"]
+    role: Literal["assistant"]
+    model: str
+    content: list[ContentBlock]
+    stop_reason: str | None = None
+    usage: Usage = Field(default_factory=Usage)
+
+
+class TokenCount(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    input_tokens: int
