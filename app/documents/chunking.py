@@ -1,7 +1,9 @@
 """Sentence chunks for citations: spans that tile a text exactly.
 
 The Messages API cites character ranges of sentence chunks, so the spans cover the text with no gap
-and no overlap, in Python ``str`` offsets of the text as given (it is never normalised).
+and no overlap, in Python ``str`` offsets of the text as given (it is never normalised). blingfire
+finds the sentences; its byte offsets are checked and mapped here, and a few rules below repair
+what it is known to get wrong.
 """
 
 from __future__ import annotations
@@ -49,8 +51,8 @@ def split_sentences(text: str) -> list[tuple[int, int]]:
     starts where the previous one ends, the last ends at ``len(text)``, none is empty, and ``""``
     gives ``[]``. Whitespace after a sentence belongs to it (as in the Messages API's own chunks:
     "The grass is green. The sky is blue." is (0, 20), (20, 36)); whitespace at the very start
-    belongs to the first sentence, and a blank text is one span. Line breaks do not end a
-    sentence by themselves. Never raises, whatever the string.
+    belongs to the first sentence, and a blank text is one span. A line break alone does not end
+    a sentence (but a numbered item, "\n2. ", starts one). Never raises, whatever the string.
     """
     if not text:
         return []
