@@ -6,6 +6,7 @@
     │   └── InvalidDocument       422: the uploaded document cannot be read (pdf_encrypted, …)
     ├── Unauthorized              401: no key, a malformed, unknown or revoked key (one answer)
     ├── RateLimited               429: a per-key limit is reached; says when to retry
+    ├── Conflict                  409: e.g. a conversation already answering a follow-up
     ├── PayloadTooLarge           413: the body or document exceeds the size limit
     └── UnsupportedMediaType      415: neither PDF nor text
 
@@ -66,6 +67,11 @@ class InvalidDocument(InvalidRequest):
     code = "invalid_document"
 
 
+class Conflict(CitegateError):
+    status = 409
+    code = "conflict"
+
+
 class Unauthorized(CitegateError):
     status = 401
     code = "unauthorized"
@@ -105,15 +111,9 @@ _HTTP_CODES = {
 }
 
 
-def problem_response(
-    status: int,
-    code: str,
-    detail: str,
-    headers: Mapping[str, str] | None = None,
-    **extra: Any,
-) -> JSONResponse:
-    """A problem+json response: type, title, status, detail, code, plus any extra members."""
-    body = {
+def problem_body(status: int, code: str, detail: str, **extra: Any) -> dict[str, Any]:
+    """An RFC 9457 problem document: type, title, status, detail, code, plus extra members."""
+    return {
         "type": f"urn:citegate:problem:{code}",
         "title": HTTPStatus(status).phrase,
         "status": status,
@@ -121,6 +121,21 @@ def problem_response(
         "code": code,
         **extra,
     }
+
+
+def problem_of(error: CitegateError) -> dict[str, Any]:
+    return problem_body(error.status, error.code, error.detail, **error.extra)
+
+
+def problem_response(
+    status: int,
+    code: str,
+    detail: str,
+    headers: Mapping[str, str] | None = None,
+    **extra: Any,
+) -> JSONResponse:
+    """A problem+json response."""
+    body = problem_body(status, code, detail, **extra)
     return JSONResponse(body, status_code=status, headers=headers, media_type=PROBLEM_MEDIA_TYPE)
 
 

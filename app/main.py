@@ -11,7 +11,7 @@ from fastapi import Depends, FastAPI
 
 from app.answers.service import AnswerContext
 from app.answers.sources import SourceCache
-from app.api import answers, health
+from app.api import answers, conversations, health
 from app.api.deps import require_principal
 from app.api.documents import documents_router
 from app.api.request_id import RequestIdMiddleware
@@ -46,6 +46,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             sources=SourceCache(settings.source_cache_chars),
             limits=app.state.key_limits,
             settings=settings,
+            sessions=app.state.sessions,
         )
         try:
             yield
@@ -68,6 +69,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     authenticated = [Depends(require_principal)]
     app.include_router(documents_router(settings), dependencies=authenticated)
     app.include_router(answers.router, dependencies=authenticated)
+    app.include_router(conversations.router, dependencies=authenticated)
     return app
 
 

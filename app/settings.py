@@ -74,6 +74,9 @@ class Settings(BaseSettings):
         ge=0,
         description="Characters of prepared documents kept in memory between questions.",
     )
+    sse_keepalive_seconds: float = Field(
+        default=15.0, gt=0, description="Seconds of silence before a keep-alive comment."
+    )
     max_pdf_pages_per_request: int = Field(
         default=600, ge=1, description="The upstream's PDF page limit for one request."
     )

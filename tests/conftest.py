@@ -21,7 +21,7 @@ from starlette.types import ASGIApp
 
 from app.db.engine import create_engine
 from app.db.migrations import upgrade_to_head
-from app.db.models import DEFAULT_TENANT_ID, Answer, ApiKey, Document, Tenant
+from app.db.models import DEFAULT_TENANT_ID, Answer, ApiKey, Conversation, Document, Tenant
 from app.main import create_app
 from app.settings import Settings
 
@@ -116,6 +116,7 @@ async def _delete_everything(url: str) -> None:
     engine = create_engine(url, poolclass=NullPool)
     async with engine.begin() as connection:
         await connection.execute(delete(Answer))
+        await connection.execute(delete(Conversation))
         await connection.execute(delete(Document))  # blobs and chunks go by cascade
         await connection.execute(delete(ApiKey))
         await connection.execute(delete(Tenant).where(Tenant.id != DEFAULT_TENANT_ID))

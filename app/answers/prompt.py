@@ -48,6 +48,62 @@ def cache_breakpoints(count: int, budget: int = MAX_CACHE_BREAKPOINTS) -> list[i
     return sorted({(count * (n + 1)) // used - 1 for n in range(used)})
 
 
+# The fields each citation type takes as a request parameter (an earlier answer sent back).
+_CITATION_PARAMS = {
+    "char_location": ("document_index", "document_title", "start_char_index", "end_char_index"),
+    "page_location": ("document_index", "document_title", "start_page_number", "end_page_number"),
+    "content_block_location": (
+        "document_index",
+        "document_title",
+        "start_block_index",
+        "end_block_index",
+    ),
+    "search_result_location": (
+        "search_result_index",
+        "source",
+        "title",
+        "start_block_index",
+        "end_block_index",
+    ),
+    "web_search_result_location": ("url", "title", "encrypted_index"),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Turn:
+    """An earlier question and the segments of its answer."""
+
+    question: str
+    segments: Sequence[dict[str, Any]]
+
+
+def citation_param(citation: dict[str, Any]) -> dict[str, Any] | None:
+    """A resolved citation in the request-parameter shape (``document_title`` present, no
+    ``file_id``, none of our fields); None for a type the API would not take back."""
+    fields = _CITATION_PARAMS.get(str(citation.get("type")))
+    if fields is None:
+        return None
+    return {
+        "type": citation["type"],
+        "cited_text": citation.get("cited_text", ""),
+        **{field: citation.get(field) for field in fields},
+    }
+
+
+def assistant_blocks(segments: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """An earlier answer as assistant text blocks that carry their citations."""
+    blocks = []
+    for segment in segments:
+        if not segment["text"]:
+            continue  # the API refuses empty text blocks
+        block: dict[str, Any] = {"type": "text", "text": segment["text"]}
+        citations = [p for c in segment["citations"] if (p := citation_param(c)) is not None]
+        if citations:
+            block["citations"] = citations
+        blocks.append(block)
+    return blocks
+
+
 def build_message_request(
     documents: Sequence[PromptDocument],
     question: str,
@@ -55,12 +111,21 @@ def build_message_request(
     model: str,
     max_tokens: int,
     system: str | None = None,
+    history: Sequence[Turn] = (),
 ) -> dict[str, Any]:
-    """One user turn: the documents in the caller's order, citations on all, then the question.
+    """The documents in the caller's order, citations on all, in the first user turn; then
+    every earlier question and answer; then the question.
 
-    No ``temperature``, ``top_p`` or ``top_k``: the current API version refuses them.
+    Earlier answers go back as assistant turns whose text blocks carry their citations (the API
+    refuses citations on user text). Breakpoints: the documents' (see ``cache_breakpoints``)
+    and, in a follow-up, one at the end of the previous answer, so the whole conversation so far
+    is read from the cache; never more than 4 in all. No ``temperature``, ``top_p`` or
+    ``top_k``: the current API version refuses them.
     """
-    marked = set(cache_breakpoints(len(documents)))
+    turns = [(turn.question, assistant_blocks(turn.segments)) for turn in history]
+    turns = [(q, blocks) for q, blocks in turns if blocks]
+    budget = MAX_CACHE_BREAKPOINTS - (1 if turns else 0)
+    marked = set(cache_breakpoints(len(documents), budget))
     content: list[dict[str, Any]] = []
     for position, document in enumerate(documents):
         block: dict[str, Any] = {"type": "document", "source": document.source()}
@@ -72,12 +137,16 @@ def build_message_request(
         if position in marked:
             block["cache_control"] = dict(EPHEMERAL)
         content.append(block)
+    messages: list[dict[str, Any]] = [{"role": "user", "content": content}]
+    for earlier_question, answer in turns:
+        content.append({"type": "text", "text": earlier_question})
+        messages.append({"role": "assistant", "content": answer})
+        content = []
+        messages.append({"role": "user", "content": content})
+    if turns:
+        messages[-2]["content"][-1]["cache_control"] = dict(EPHEMERAL)
     content.append({"type": "text", "text": question})
-    request: dict[str, Any] = {
-        "model": model,
-        "max_tokens": max_tokens,
-        "messages": [{"role": "user", "content": content}],
-    }
+    request: dict[str, Any] = {"model": model, "max_tokens": max_tokens, "messages": messages}
     if system is not None:
         request["system"] = system
     return request

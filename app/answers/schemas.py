@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 
 class AnswerRequest(BaseModel):
@@ -19,12 +19,30 @@ class AnswerRequest(BaseModel):
     )
 
     question: str = Field(min_length=1, max_length=100_000, pattern=r"\S")
-    document_ids: list[Annotated[str, Field(min_length=1, max_length=100)]] = Field(
-        min_length=1, max_length=100, description="The documents, in the order the model sees."
+    document_ids: list[Annotated[str, Field(min_length=1, max_length=100)]] | None = Field(
+        default=None,
+        min_length=1,
+        max_length=100,
+        description="The documents, in the order the model sees. Not with conversation_id.",
+    )
+    conversation_id: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=100,
+        description="Ask a follow-up in this conversation, on its documents.",
     )
     model: str | None = Field(default=None, min_length=1, max_length=200)
     max_tokens: int | None = Field(default=None, ge=1, le=128_000)
     system: str | None = Field(default=None, min_length=1)
+    stream: bool = Field(default=False, description="Answer as server-sent events.")
+
+    @model_validator(mode="after")
+    def _documents_or_conversation(self) -> AnswerRequest:
+        if (self.document_ids is None) == (self.conversation_id is None):
+            raise ValueError("give either document_ids or conversation_id, not both or neither")
+        if self.conversation_id is not None and (self.model or self.system):
+            raise ValueError("a conversation fixes its model and system prompt")
+        return self
 
 
 class TokenCount(BaseModel):
@@ -131,6 +149,7 @@ class AnswerOut(BaseModel):
     id: str
     conversation_id: str | None
     status: Literal["completed", "failed", "cancelled"]
+    question: str
     model: str
     stop_reason: str | None
     text: str

@@ -1,23 +1,37 @@
-"""Asking questions: build the request, call the upstream, resolve citations, store the answer."""
+"""Asking questions: build the request, call the upstream, resolve citations, store the answer.
+
+One path for a whole answer and one for a stream; both store what arrived through ``_store``
+and build segments with ``build_segments``, so the same question gives the same stored answer.
+"""
 
 from __future__ import annotations
 
+import logging
+from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 
-from sqlalchemy.ext.asyncio import AsyncSession
+import anyio
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from app.answers.citations import build_segments
-from app.answers.prompt import build_message_request
+from app.answers.prompt import Turn, build_message_request
 from app.answers.schemas import AnswerRequest
 from app.answers.sources import SourceCache, SourceDocument, load_sources
+from app.answers.streaming import AnswerStream, Event
 from app.auth.keys import Principal
 from app.auth.limits import KeyLimits
+from app.conversations import service as conversations
 from app.db.models import Answer
-from app.errors import NotFound
+from app.errors import NotFound, problem_of
 from app.ids import new_id
 from app.settings import Settings
 from app.upstream.client import UpstreamClient
+from app.upstream.errors import UpstreamError
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,33 +42,82 @@ class AnswerContext:
     sources: SourceCache
     limits: KeyLimits
     settings: Settings
+    sessions: async_sessionmaker[AsyncSession]
+
+
+@dataclass(frozen=True, slots=True)
+class Prepared:
+    id: str
+    question: str
+    conversation_id: str | None
+    sources: list[SourceDocument]
+    request: dict[str, Any]
+
+    @property
+    def documents(self) -> list[dict[str, Any]]:
+        return conversations.document_list(self.sources)
 
 
 async def _prepare(
-    session: AsyncSession, tenant_id: str, body: AnswerRequest, context: AnswerContext
-) -> tuple[list[SourceDocument], dict[str, Any]]:
+    session: AsyncSession,
+    tenant_id: str,
+    body: AnswerRequest,
+    context: AnswerContext,
+    claim: bool,
+) -> Prepared:
+    """Check everything that can be checked before the upstream is called; build the request.
+
+    A follow-up (``claim``) takes its conversation until ``_release``.
+    """
     settings = context.settings
+    history: list[Turn] = []
+    model, system, document_ids = body.model, body.system, body.document_ids
+    conversation = None
+    if body.conversation_id is not None:
+        conversation = await conversations.get_conversation(
+            session, tenant_id, body.conversation_id
+        )
+        model, system, document_ids = (
+            conversation.model,
+            conversation.system,
+            conversation.document_ids,
+        )
+        history = [
+            Turn(answer.question, answer.segments)
+            for answer in await conversations.answers_of(session, conversation.id)
+            if answer.status == "completed"
+        ]
+    assert document_ids is not None
     sources = await load_sources(
-        session, tenant_id, body.document_ids, context.sources, settings.max_pdf_pages_per_request
+        session, tenant_id, document_ids, context.sources, settings.max_pdf_pages_per_request
     )
+    if conversation is not None and claim:
+        hold = timedelta(seconds=settings.upstream_read_timeout + 60)
+        await conversations.claim(session, conversation, hold)
     # End the read transaction: no connection is held while the upstream answers.
     await session.commit()
     request = build_message_request(
         [source.prompt for source in sources],
         body.question,
-        model=body.model or settings.default_model,
+        model=model or settings.default_model,
         max_tokens=body.max_tokens or settings.max_tokens,
-        system=body.system or settings.system_prompt,
+        system=system or settings.system_prompt,
+        history=history,
     )
-    return sources, request
+    return Prepared(new_id("ans"), body.question, body.conversation_id, sources, request)
+
+
+async def _release(context: AnswerContext, prepared: Prepared) -> None:
+    if prepared.conversation_id is not None:
+        await conversations.release(context.sessions, prepared.conversation_id)
 
 
 async def count_tokens(
     session: AsyncSession, principal: Principal, body: AnswerRequest, context: AnswerContext
 ) -> int:
     """What the question would cost in input tokens, as the upstream counts them."""
-    _, request = await _prepare(session, principal.tenant_id, body, context)
-    request.pop("max_tokens")
+    prepared = await _prepare(session, principal.tenant_id, body, context, claim=False)
+    request = {k: v for k, v in prepared.request.items() if k != "max_tokens"}
     return await context.upstream.count_tokens(request)
 
 
@@ -62,40 +125,166 @@ async def create_answer(
     session: AsyncSession, principal: Principal, body: AnswerRequest, context: AnswerContext
 ) -> Answer:
     """Ask the upstream, resolve every citation to a stored span, store the answer."""
-    sources, request = await _prepare(session, principal.tenant_id, body, context)
-    await context.limits.check_tokens(principal)
-    reply = await context.upstream.create_message(request)
-    message = reply.message
-    usage = {
-        "input_tokens": message.usage.input_tokens,
-        "output_tokens": message.usage.output_tokens,
-        "cache_creation_input_tokens": message.usage.cache_creation_input_tokens or 0,
-        "cache_read_input_tokens": message.usage.cache_read_input_tokens or 0,
-    }
+    prepared = await _prepare(session, principal.tenant_id, body, context, claim=True)
+    try:
+        await context.limits.check_tokens(principal)
+        reply = await context.upstream.create_message(prepared.request)
+        message = reply.message
+        usage = {
+            "input_tokens": message.usage.input_tokens,
+            "output_tokens": message.usage.output_tokens,
+            "cache_creation_input_tokens": message.usage.cache_creation_input_tokens or 0,
+            "cache_read_input_tokens": message.usage.cache_read_input_tokens or 0,
+        }
+        content = [block.model_dump(exclude_none=True) for block in message.content]
+        return await _store(
+            context,
+            principal,
+            prepared,
+            status="completed",
+            content=content,
+            model=message.model,
+            stop_reason=message.stop_reason,
+            usage=usage,
+            message_id=message.id,
+            request_id=reply.request_id,
+        )
+    finally:
+        await _release(context, prepared)
+
+
+async def open_stream(
+    session: AsyncSession, principal: Principal, body: AnswerRequest, context: AnswerContext
+) -> AsyncIterator[Event]:
+    """Start a streamed answer. Everything that can fail before the first event (the checks,
+    the upstream's HTTP status, retries) fails here, as an ordinary error response."""
+    prepared = await _prepare(session, principal.tenant_id, body, context, claim=True)
+    stack = AsyncExitStack()
+    try:
+        await context.limits.check_tokens(principal)
+        upstream = await stack.enter_async_context(
+            context.upstream.stream_message(prepared.request)
+        )
+        events = upstream.events()
+        answer = AnswerStream([source.index for source in prepared.sources])
+        async for event in events:  # up to message_start: the upstream has begun
+            answer.feed(event)
+            if answer.started:
+                break
+        if not answer.started:
+            raise UpstreamError(
+                "The upstream API ended the stream before it began.",
+                code="upstream_bad_response",
+                request_id=upstream.request_id,
+            )
+    except BaseException:
+        with anyio.CancelScope(shield=True):
+            await stack.aclose()
+            await _release(context, prepared)
+        raise
+    return _relay(context, principal, prepared, stack, events, answer, upstream.request_id)
+
+
+async def _relay(
+    context: AnswerContext,
+    principal: Principal,
+    prepared: Prepared,
+    stack: AsyncExitStack,
+    events: AsyncIterator[dict[str, Any]],
+    answer: AnswerStream,
+    request_id: str | None,
+) -> AsyncIterator[Event]:
+    """Relay the stream; store the answer as completed, failed (with what arrived) or, when
+    the client goes away, cancelled: closing the upstream response stops the upstream."""
+
+    async def finish(status: str) -> Answer:
+        await stack.aclose()
+        try:
+            return await _store(
+                context,
+                principal,
+                prepared,
+                status=status,
+                content=answer.content(),
+                model=answer.model or prepared.request["model"],
+                stop_reason=answer.stop_reason,
+                usage=answer.usage,
+                message_id=answer.message_id,
+                request_id=request_id,
+            )
+        finally:
+            await _release(context, prepared)
+
+    failure: UpstreamError | None = None
+    try:
+        yield (
+            "answer.started",
+            {
+                "id": prepared.id,
+                "conversation_id": prepared.conversation_id,
+                "model": answer.model or prepared.request["model"],
+                "documents": prepared.documents,
+            },
+        )
+        async for event in events:
+            for relayed in answer.feed(event):
+                yield relayed
+        if not answer.finished:
+            raise UpstreamError(
+                "The upstream stream ended before the answer did.",
+                code="upstream_stream_interrupted",
+                request_id=request_id,
+            )
+    except UpstreamError as exc:
+        failure = exc
+    except BaseException:
+        # The client went away (cancelled) or stopped reading: keep what arrived.
+        with anyio.CancelScope(shield=True):
+            await finish("cancelled")
+        raise
+    stored = await finish("failed" if failure else "completed")
+    if failure is None:
+        yield ("answer.done", answer_payload(stored))
+    else:
+        log.warning("streamed answer %s failed: %s", stored.id, failure.code)
+        yield ("error", problem_of(failure))
+
+
+async def _store(
+    context: AnswerContext,
+    principal: Principal,
+    prepared: Prepared,
+    *,
+    status: str,
+    content: list[dict[str, Any]],
+    model: str,
+    stop_reason: str | None,
+    usage: dict[str, int],
+    message_id: str | None,
+    request_id: str | None,
+) -> Answer:
     await context.limits.spend_tokens(principal, sum(usage.values()))
-    content = [block.model_dump(exclude_none=True) for block in message.content]
-    text, segments = build_segments(content, [source.index for source in sources])
+    text, segments = build_segments(content, [source.index for source in prepared.sources])
     answer = Answer(
-        id=new_id("ans"),
+        id=prepared.id,
         tenant_id=principal.tenant_id,
-        status="completed",
-        question=body.question,
-        system=request.get("system"),
-        model=message.model,
-        max_tokens=request["max_tokens"],
-        stop_reason=message.stop_reason,
+        conversation_id=prepared.conversation_id,
+        status=status,
+        question=prepared.question,
+        system=prepared.request.get("system"),
+        model=model,
+        max_tokens=prepared.request["max_tokens"],
+        stop_reason=stop_reason,
         text=text,
         segments=segments,
-        documents=[
-            {"document_index": index, "document_id": source.document_id, "title": source.title}
-            for index, source in enumerate(sources)
-        ],
+        documents=prepared.documents,
         usage=usage,
-        upstream_message_id=message.id,
-        upstream_request_id=reply.request_id,
+        upstream_message_id=message_id,
+        upstream_request_id=request_id,
     )
-    session.add(answer)
-    await session.commit()
+    async with context.sessions() as session:
+        session.add(answer)
+        await session.commit()
     return answer
 
 
@@ -107,11 +296,12 @@ async def get_answer(session: AsyncSession, tenant_id: str, answer_id: str) -> A
 
 
 def answer_payload(answer: Answer) -> dict[str, Any]:
-    """The Answer as the API shows it, the same on create and on every read."""
+    """The Answer as the API shows it, the same on create, at the end of a stream and on read."""
     return {
         "id": answer.id,
-        "conversation_id": None,
+        "conversation_id": answer.conversation_id,
         "status": answer.status,
+        "question": answer.question,
         "model": answer.model,
         "stop_reason": answer.stop_reason,
         "text": answer.text,

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Request
+import orjson
+from fastapi import APIRouter, Depends, Request, Response
 from fastapi.responses import JSONResponse
+from sse_starlette import EventSourceResponse, ServerSentEvent
 
 from app.answers import service
 from app.answers.schemas import AnswerOut, AnswerRequest, TokenCount
+from app.answers.streaming import Event
 from app.api.deps import PrincipalDep, SessionDep, TenantDep
 from app.api.problems import problems
 
@@ -32,9 +36,21 @@ _UPSTREAM_PROBLEMS = problems(404, 413, 422, 429, 502, 503, 504)
 )
 async def create_answer(
     body: AnswerRequest, session: SessionDep, principal: PrincipalDep, context: ContextDep
-) -> JSONResponse:
+) -> Response:
+    if body.stream:
+        events = await service.open_stream(session, principal, body, context)
+        return EventSourceResponse(
+            _server_sent(events),
+            ping=context.settings.sse_keepalive_seconds,
+            headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
+        )
     answer = await service.create_answer(session, principal, body, context)
     return JSONResponse(service.answer_payload(answer))
+
+
+async def _server_sent(events: AsyncIterator[Event]) -> AsyncIterator[ServerSentEvent]:
+    async for name, data in events:
+        yield ServerSentEvent(data=orjson.dumps(data).decode(), event=name)
 
 
 @router.post(

@@ -134,6 +134,22 @@ class DocumentChunk(Base):
     block_index: Mapped[int | None] = mapped_column(Integer)
 
 
+class Conversation(Base):
+    """A conversation fixes its documents, system prompt and model; its answers are its turns."""
+
+    __tablename__ = "conversations"
+
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    tenant_id: Mapped[str] = mapped_column(ForeignKey("tenants.id"), index=True)
+    title: Mapped[str | None] = mapped_column(String(500))
+    system: Mapped[str | None] = mapped_column(Text)
+    model: Mapped[str | None] = mapped_column(String(200))
+    document_ids: Mapped[list[str]] = mapped_column(JSON)
+    # Set while a follow-up is being answered: a second one at the same time is refused.
+    busy_until: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+
+
 class Answer(Base):
     """A stored answer: what was asked, what the upstream said, its citations resolved."""
 
@@ -141,6 +157,9 @@ class Answer(Base):
 
     id: Mapped[str] = mapped_column(String(40), primary_key=True)
     tenant_id: Mapped[str] = mapped_column(ForeignKey("tenants.id"), index=True)
+    conversation_id: Mapped[str | None] = mapped_column(
+        ForeignKey("conversations.id", ondelete="CASCADE"), index=True
+    )
     status: Mapped[str] = mapped_column(String(16))
     question: Mapped[str] = mapped_column(Text)
     system: Mapped[str | None] = mapped_column(Text)

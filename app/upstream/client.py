@@ -13,11 +13,14 @@ import email.utils
 import logging
 import math
 import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
 
 import httpx
 import orjson
+from httpx_sse import EventSource, SSEError
 from pydantic import ValidationError
 from tenacity import (
     AsyncRetrying,
@@ -148,14 +151,26 @@ class UpstreamClient:
                 request_id=request_id_of(response),
             ) from exc
 
-    async def _post(self, path: str, body: dict[str, Any]) -> httpx.Response:
+    @asynccontextmanager
+    async def stream_message(self, body: dict[str, Any]) -> AsyncIterator[UpstreamStream]:
+        """A streamed answer. Retries happen only while opening, before any event is read."""
+        response = await self._post("/v1/messages", {**body, "stream": True}, stream=True)
+        try:
+            yield UpstreamStream(response)
+        finally:
+            await response.aclose()
+
+    async def _post(self, path: str, body: dict[str, Any], stream: bool = False) -> httpx.Response:
         # orjson: documents make request bodies of megabytes; the json module is the bottleneck.
         content = orjson.dumps(body)
         try:
             async for attempt in self._retrying.copy():
                 with attempt:
-                    response = await self._http.post(path, content=content, headers=_JSON)
+                    request = self._http.build_request("POST", path, content=content, headers=_JSON)
+                    response = await self._http.send(request, stream=stream)
                     if response.status_code in RETRYABLE_STATUSES:
+                        await response.aread()
+                        await response.aclose()
                         raise _RetryableStatus(response)
         except _RetryableStatus as exc:
             response = exc.response
@@ -170,7 +185,79 @@ class UpstreamClient:
             raise UpstreamError("The upstream API could not be reached.") from exc
         if response.is_success:
             return response
+        await response.aread()
+        await response.aclose()
         raise _error_from(response)
+
+
+# The statuses behind the error types that can arrive inside a stream.
+_ERROR_STATUS = {
+    "invalid_request_error": 400,
+    "authentication_error": 401,
+    "permission_error": 403,
+    "request_too_large": 413,
+    "rate_limit_error": 429,
+    "api_error": 500,
+    "timeout_error": 504,
+    "overloaded_error": 529,
+}
+
+
+class UpstreamStream:
+    """The events of a streamed answer, each parsed as JSON; pings and unknown types skipped
+    by the reader, errors raised as ``UpstreamError``."""
+
+    def __init__(self, response: httpx.Response) -> None:
+        self._response = response
+        self.request_id = request_id_of(response)
+
+    async def events(self) -> AsyncIterator[dict[str, Any]]:
+        try:
+            async for sse in EventSource(self._response).aiter_sse():
+                if not sse.data:
+                    continue
+                try:
+                    # Real streams pad their JSON with spaces: a JSON parser, never matching.
+                    event = orjson.loads(sse.data)
+                except orjson.JSONDecodeError as exc:
+                    raise self._bad("an event that is not JSON") from exc
+                if not isinstance(event, dict):
+                    raise self._bad("an event that is not an object")
+                kind = event.get("type") or sse.event
+                if kind == "ping":
+                    continue
+                if kind == "error":
+                    raise self._error_event(event)
+                yield event
+        except SSEError as exc:
+            raise self._bad("something that is not an event stream") from exc
+        except httpx.TimeoutException as exc:
+            raise UpstreamError(
+                "The upstream API stopped sending in the middle of the answer.",
+                status=504,
+                code="upstream_timeout",
+                request_id=self.request_id,
+            ) from exc
+        except httpx.TransportError as exc:
+            raise UpstreamError(
+                "The connection to the upstream API dropped in the middle of the answer.",
+                code="upstream_stream_interrupted",
+                request_id=self.request_id,
+            ) from exc
+
+    def _bad(self, what: str) -> UpstreamError:
+        return UpstreamError(
+            f"The upstream API streamed {what}.",
+            code="upstream_bad_response",
+            request_id=self.request_id,
+        )
+
+    def _error_event(self, event: dict[str, Any]) -> UpstreamError:
+        error = event.get("error") if isinstance(event.get("error"), dict) else {}
+        assert isinstance(error, dict)
+        status = _ERROR_STATUS.get(str(error.get("type")), 500)
+        log.warning("upstream error event mid-stream: %s", error.get("type"))
+        return error_for_status(status, str(error.get("message", "")), self.request_id, None)
 
 
 def _error_from(response: httpx.Response) -> UpstreamError:

@@ -72,7 +72,18 @@ class Tenants:
         )
         assert answer.status_code == 200, answer.text
         self.answer = answer.json()
-        self.ids = {"document_id": self.document["id"], "answer_id": self.answer["id"]}
+        conversation = client.post(
+            "/v1/conversations",
+            json={"document_ids": [self.document["id"]]},
+            headers=bearer(self.a),
+        )
+        assert conversation.status_code == 201, conversation.text
+        self.conversation = conversation.json()
+        self.ids = {
+            "document_id": self.document["id"],
+            "answer_id": self.answer["id"],
+            "conversation_id": self.conversation["id"],
+        }
 
 
 @pytest.fixture
@@ -93,7 +104,11 @@ def contract_operations(client: httpx.Client) -> list[tuple[str, str]]:
     return operations
 
 
-MISSING = {"document_id": "doc_doesnotexist", "answer_id": "ans_doesnotexist"}
+MISSING = {
+    "document_id": "doc_doesnotexist",
+    "answer_id": "ans_doesnotexist",
+    "conversation_id": "conv_doesnotexist",
+}
 
 
 def call(
@@ -108,12 +123,16 @@ def call(
         body["json"] = {"source": {"type": "text", "data": "Tenant B writes this."}}
     elif method == "POST" and path.startswith("/v1/answers"):
         body["json"] = {"question": "What color?", "document_ids": [ids["document_id"]]}
+    elif method == "POST" and path.startswith("/v1/conversations"):
+        body["json"] = {"document_ids": [ids["document_id"]]}
     return client.request(method, url, headers=headers, **body)
 
 
 def refers_to_ids(method: str, path: str) -> bool:
-    """Whether the operation names an existing resource (in its path or, for answers, body)."""
-    return "{" in path or (method == "POST" and path.startswith("/v1/answers"))
+    """Whether the operation names an existing resource, in its path or in its body."""
+    return "{" in path or (
+        method == "POST" and path.startswith(("/v1/answers", "/v1/conversations"))
+    )
 
 
 def assert_unauthorized(response: httpx.Response) -> dict[str, Any]:
@@ -157,7 +176,11 @@ def test_another_tenants_ids_are_not_found_and_nothing_changes(
         response = call(client, method, path, tenants.ids, bearer(tenants.b))
         if refers_to_ids(method, path):
             assert response.status_code == 404, (method, path, response.text)
-            assert response.json()["code"] in ("document_not_found", "answer_not_found")
+            assert response.json()["code"] in (
+                "document_not_found",
+                "answer_not_found",
+                "conversation_not_found",
+            )
             # Exactly the answer for an id that does not exist.
             missing = call(client, method, path, MISSING, bearer(tenants.b))
             redacted = response.text
@@ -178,6 +201,18 @@ def test_another_tenants_ids_are_not_found_and_nothing_changes(
     listed = client.get("/v1/documents", headers=a).json()["data"]
     assert [d["id"] for d in listed] == [document_id]
     assert client.get(f"/v1/answers/{tenants.answer['id']}", headers=a).json() == tenants.answer
+    conversation = client.get(f"/v1/conversations/{tenants.conversation['id']}", headers=a)
+    assert conversation.status_code == 200
+    # A follow-up from another tenant on this conversation: not found, nothing added.
+    follow_up = client.post(
+        "/v1/answers",
+        json={"question": "And?", "conversation_id": tenants.conversation["id"]},
+        headers=bearer(tenants.b),
+    )
+    assert follow_up.status_code == 404
+    assert follow_up.json()["code"] == "conversation_not_found"
+    again = client.get(f"/v1/conversations/{tenants.conversation['id']}", headers=a).json()
+    assert again["answers"] == []
 
 
 def test_deduplication_is_per_tenant(client: httpx.Client, tenants: Tenants) -> None:

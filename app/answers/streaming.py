@@ -1,0 +1,105 @@
+"""From the upstream's stream events to Citegate's: pure, one event at a time.
+
+Citations are resolved the moment their ``citations_delta`` arrives. What arrived is kept as
+content blocks of the same shape a non-streamed answer has, so that the stored answer is built
+by the same code either way (``build_segments``) and comes out the same.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from app.answers.citations import DocumentIndex, resolve_citation
+
+Event = tuple[str, dict[str, Any]]
+USAGE_FIELDS = (
+    "input_tokens",
+    "output_tokens",
+    "cache_creation_input_tokens",
+    "cache_read_input_tokens",
+)
+
+
+class AnswerStream:
+    """Feeds on upstream events; says which Citegate events each one makes."""
+
+    def __init__(self, documents: Sequence[DocumentIndex]) -> None:
+        self._documents = documents
+        self._blocks: dict[int, dict[str, Any]] = {}  # upstream block index -> block
+        self._segments: dict[int, int] = {}  # upstream index of a text block -> segment index
+        self.message_id: str | None = None
+        self.model: str | None = None
+        self.stop_reason: str | None = None
+        self.usage: dict[str, int] = dict.fromkeys(USAGE_FIELDS, 0)
+        self.started = False
+        self.finished = False
+
+    def feed(self, event: dict[str, Any]) -> list[Event]:
+        kind = event.get("type")
+        if kind == "message_start":
+            message = event.get("message") or {}
+            self.started = True
+            self.message_id = message.get("id")
+            self.model = message.get("model")
+            self._take_usage(message.get("usage"))
+        elif kind == "content_block_start":
+            return self._start_block(event)
+        elif kind == "content_block_delta":
+            return self._delta(event)
+        elif kind == "content_block_stop":
+            index = event.get("index")
+            if index in self._segments:
+                return [("segment.done", {"segment_index": self._segments[index]})]
+        elif kind == "message_delta":
+            self.stop_reason = (event.get("delta") or {}).get("stop_reason", self.stop_reason)
+            self._take_usage(event.get("usage"))  # cumulative: the newest numbers win
+        elif kind == "message_stop":
+            self.finished = True
+        return []  # unknown event types are skipped
+
+    def content(self) -> list[dict[str, Any]]:
+        """The content blocks that arrived, in order."""
+        return [self._blocks[index] for index in sorted(self._blocks)]
+
+    def _start_block(self, event: dict[str, Any]) -> list[Event]:
+        index, block = event.get("index"), dict(event.get("content_block") or {})
+        if not isinstance(index, int):
+            return []
+        self._blocks[index] = block
+        if block.get("type") != "text":
+            return []
+        segment = self._segments[index] = len(self._segments)
+        initial = list(block.get("citations") or [])
+        block["text"] = str(block.get("text") or "")
+        block["citations"] = []
+        events: list[Event] = [("segment.started", {"segment_index": segment})]
+        for citation in initial:
+            events.append(self._cite(block, segment, citation))
+        if block["text"]:
+            events.append(("text.delta", {"segment_index": segment, "text": block["text"]}))
+        return events
+
+    def _delta(self, event: dict[str, Any]) -> list[Event]:
+        index, delta = event.get("index"), event.get("delta") or {}
+        if index not in self._segments:
+            return []
+        block, segment = self._blocks[index], self._segments[index]
+        if delta.get("type") == "text_delta":
+            text = str(delta.get("text") or "")
+            block["text"] += text
+            return [("text.delta", {"segment_index": segment, "text": text})]
+        if delta.get("type") == "citations_delta" and isinstance(delta.get("citation"), dict):
+            return [self._cite(block, segment, delta["citation"])]
+        return []
+
+    def _cite(self, block: dict[str, Any], segment: int, citation: dict[str, Any]) -> Event:
+        block["citations"].append(citation)
+        resolved = resolve_citation(citation, self._documents)
+        return ("citation", {"segment_index": segment, "citation": resolved})
+
+    def _take_usage(self, usage: Any) -> None:
+        if isinstance(usage, dict):
+            for field in USAGE_FIELDS:
+                if isinstance(usage.get(field), int):
+                    self.usage[field] = usage[field]

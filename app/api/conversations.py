@@ -1,0 +1,110 @@
+"""The conversations routes. A follow-up is createAnswer with conversation_id."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Response, status
+
+from app.answers.service import answer_payload
+from app.api.answers import ContextDep
+from app.api.deps import DEFAULT_LIMIT, CursorQuery, LimitQuery, SessionDep, TenantDep
+from app.api.problems import problems
+from app.conversations import service
+from app.conversations.schemas import ConversationOut, ConversationPage, ConversationRequest
+from app.db.models import Conversation
+
+router = APIRouter(prefix="/v1/conversations", tags=["conversations"])
+
+
+def _documents(
+    conversation: Conversation, titles: dict[str, str | None]
+) -> list[dict[str, object]]:
+    return [
+        {"document_index": index, "document_id": document_id, "title": titles.get(document_id)}
+        for index, document_id in enumerate(conversation.document_ids)
+    ]
+
+
+def conversation_out(
+    conversation: Conversation,
+    documents: list[dict[str, object]],
+    answers: list[dict[str, object]] | None = None,
+) -> ConversationOut:
+    return ConversationOut.model_validate(
+        {
+            "id": conversation.id,
+            "title": conversation.title,
+            "system": conversation.system,
+            "model": conversation.model,
+            "documents": documents,
+            "created_at": conversation.created_at,
+            "answers": answers,
+        }
+    )
+
+
+@router.post(
+    "",
+    operation_id="createConversation",
+    summary="Start a conversation on fixed documents",
+    status_code=status.HTTP_201_CREATED,
+    response_model=ConversationOut,
+    responses=problems(404, 422),
+)
+async def create_conversation(
+    body: ConversationRequest, session: SessionDep, tenant_id: TenantDep, context: ContextDep
+) -> ConversationOut:
+    conversation, documents = await service.create_conversation(
+        session, tenant_id, body, context.sources, context.settings.max_pdf_pages_per_request
+    )
+    return conversation_out(conversation, documents)
+
+
+@router.get(
+    "",
+    operation_id="listConversations",
+    summary="List conversations, newest first",
+    response_model=ConversationPage,
+    responses=problems(422),
+)
+async def list_conversations(
+    session: SessionDep,
+    tenant_id: TenantDep,
+    limit: LimitQuery = DEFAULT_LIMIT,
+    cursor: CursorQuery = None,
+) -> ConversationPage:
+    page = await service.list_conversations(session, tenant_id, limit, cursor)
+    return ConversationPage(
+        data=[conversation_out(c, _documents(c, {})) for c in page.items],
+        next_cursor=page.next_cursor,
+    )
+
+
+@router.get(
+    "/{conversation_id}",
+    operation_id="getConversation",
+    summary="Get a conversation with its answers in order",
+    response_model=ConversationOut,
+    responses=problems(404),
+)
+async def get_conversation(
+    conversation_id: str, session: SessionDep, tenant_id: TenantDep
+) -> ConversationOut:
+    conversation = await service.get_conversation(session, tenant_id, conversation_id)
+    answers = await service.answers_of(session, conversation.id)
+    documents = answers[0].documents if answers else _documents(conversation, {})
+    return conversation_out(conversation, documents, [answer_payload(a) for a in answers])
+
+
+@router.delete(
+    "/{conversation_id}",
+    operation_id="deleteConversation",
+    summary="Delete a conversation and its answers",
+    status_code=status.HTTP_204_NO_CONTENT,
+    response_class=Response,
+    responses=problems(404),
+)
+async def delete_conversation(
+    conversation_id: str, session: SessionDep, tenant_id: TenantDep
+) -> Response:
+    await service.delete_conversation(session, tenant_id, conversation_id)
+    return Response(status_code=status.HTTP_204_NO_CONTENT)

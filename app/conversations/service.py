@@ -1,0 +1,114 @@
+"""Conversations: their documents are fixed at creation; their answers are their turns."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from sqlalchemy import delete, or_, select, update
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from app.answers.sources import SourceCache, load_sources
+from app.conversations.schemas import ConversationRequest
+from app.db.models import Answer, Conversation, utcnow
+from app.errors import Conflict, NotFound
+from app.ids import new_id
+from app.pagination import Page, decode_cursor, paginate
+
+
+async def create_conversation(
+    session: AsyncSession,
+    tenant_id: str,
+    body: ConversationRequest,
+    cache: SourceCache,
+    max_pdf_pages: int,
+) -> tuple[Conversation, list[dict[str, Any]]]:
+    """A new conversation on the tenant's citable documents (checked as a question would be)."""
+    sources = await load_sources(session, tenant_id, body.document_ids, cache, max_pdf_pages)
+    conversation = Conversation(
+        id=new_id("conv"),
+        tenant_id=tenant_id,
+        title=body.title,
+        system=body.system,
+        model=body.model,
+        document_ids=list(body.document_ids),
+    )
+    session.add(conversation)
+    await session.commit()
+    return conversation, document_list(sources)
+
+
+def document_list(sources: Any) -> list[dict[str, Any]]:
+    return [
+        {"document_index": index, "document_id": source.document_id, "title": source.title}
+        for index, source in enumerate(sources)
+    ]
+
+
+async def get_conversation(
+    session: AsyncSession, tenant_id: str, conversation_id: str
+) -> Conversation:
+    conversation = await session.get(Conversation, conversation_id)
+    if conversation is None or conversation.tenant_id != tenant_id:
+        raise NotFound(
+            f"No conversation with id {conversation_id!r}.", code="conversation_not_found"
+        )
+    return conversation
+
+
+async def list_conversations(
+    session: AsyncSession, tenant_id: str, limit: int, cursor: str | None
+) -> Page[Conversation]:
+    """Newest first."""
+    query = select(Conversation).where(Conversation.tenant_id == tenant_id)
+    if cursor is not None:
+        query = query.where(Conversation.id < decode_cursor(cursor))
+    rows = (await session.scalars(query.order_by(Conversation.id.desc()).limit(limit + 1))).all()
+    return paginate(rows, limit, key=lambda conversation: conversation.id)
+
+
+async def answers_of(session: AsyncSession, conversation_id: str) -> list[Answer]:
+    """Every turn, in order (answer ids are time-ordered)."""
+    query = select(Answer).where(Answer.conversation_id == conversation_id).order_by(Answer.id)
+    return list((await session.scalars(query)).all())
+
+
+async def delete_conversation(session: AsyncSession, tenant_id: str, conversation_id: str) -> None:
+    """Delete the conversation with its answers."""
+    conversation = await get_conversation(session, tenant_id, conversation_id)
+    await session.execute(delete(Answer).where(Answer.conversation_id == conversation.id))
+    await session.delete(conversation)
+    await session.commit()
+
+
+async def claim(session: AsyncSession, conversation: Conversation, hold: timedelta) -> None:
+    """Take the conversation for one follow-up; a second at the same time gets 409.
+
+    Two follow-ups at once would both build on the same history and store two answers to it,
+    so the rule is one at a time. The claim expires after ``hold`` in case a process dies.
+    """
+    now = utcnow()
+    result = await session.execute(
+        update(Conversation)
+        .where(
+            Conversation.id == conversation.id,
+            or_(Conversation.busy_until.is_(None), Conversation.busy_until < now),
+        )
+        .values(busy_until=now + hold)
+        .execution_options(synchronize_session=False)
+    )
+    await session.commit()
+    if result.rowcount != 1:  # type: ignore[attr-defined]
+        raise Conflict(
+            "The conversation is answering another follow-up; ask again when it is done.",
+            code="conversation_busy",
+            headers={"Retry-After": "1"},
+        )
+
+
+async def release(sessions: async_sessionmaker[AsyncSession], conversation_id: str) -> None:
+    async with sessions() as session:
+        await session.execute(
+            update(Conversation).where(Conversation.id == conversation_id).values(busy_until=None)
+        )
+        await session.commit()
