@@ -5,12 +5,13 @@ from __future__ import annotations
 import asyncio
 import json
 from collections import deque
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import Response
+from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
 
@@ -20,6 +21,13 @@ class Reply:
     body: Any = None  # JSON-able, or bytes sent as they are
     headers: dict[str, str] = field(default_factory=dict)
     delay: float = 0.0
+    events: list[bytes] | None = None  # an SSE body, sent piece by piece
+    pause: float = 0.0  # between two pieces
+    drop: bool = False  # cut the connection after the last piece
+
+
+class DroppedConnection(Exception):
+    pass
 
 
 @dataclass
@@ -59,6 +67,8 @@ class FakeUpstream:
     def __init__(self) -> None:
         self.replies: deque[Reply] = deque()
         self.requests: list[Recorded] = []
+        self.stream_closed = asyncio.Event()  # set when a stream ends, finished or not
+        self.stream_finished = False
         self.app = Starlette(
             routes=[
                 Route("/v1/messages", self._answer, methods=["POST"]),
@@ -69,6 +79,8 @@ class FakeUpstream:
     def reset(self, *replies: Reply) -> None:
         self.replies = deque(replies)
         self.requests = []
+        self.stream_closed = asyncio.Event()
+        self.stream_finished = False
 
     async def _answer(self, request: Request) -> Response:
         self.requests.append(
@@ -77,6 +89,89 @@ class FakeUpstream:
         reply = self.replies.popleft() if len(self.replies) > 1 else self.replies[0]
         if reply.delay:
             await asyncio.sleep(reply.delay)
+        if reply.events is not None:
+            return StreamingResponse(
+                self._stream(reply),
+                reply.status,
+                {"request-id": "req_fakestream", **reply.headers},
+                media_type="text/event-stream",
+            )
         content = reply.body if isinstance(reply.body, bytes) else json.dumps(reply.body).encode()
         headers = {"request-id": "req_fake0001", **reply.headers}
         return Response(content, reply.status, headers, media_type="application/json")
+
+    async def _stream(self, reply: Reply) -> AsyncIterator[bytes]:
+        try:
+            for piece in reply.events or []:
+                yield piece
+                if reply.pause:
+                    await asyncio.sleep(reply.pause)
+            if reply.drop:
+                raise DroppedConnection  # uvicorn closes the connection mid-body
+            self.stream_finished = True
+        finally:
+            self.stream_closed.set()
+
+
+def sse(name: str, data: dict[str, Any]) -> bytes:
+    """One server-sent event, padded as the real API pads its JSON."""
+    return f"event: {name}\ndata: {json.dumps(data)[:-1]}   }}\n\n".encode()
+
+
+def sse_message(content: list[dict[str, Any]], usage_out: int = 40) -> list[bytes]:
+    """A streamed answer in the real event order: citations before text in each block."""
+    events = [
+        sse(
+            "message_start",
+            {
+                "type": "message_start",
+                "message": {
+                    **message([]),
+                    "stop_reason": None,
+                    "usage": {**message([])["usage"], "output_tokens": 1},
+                },
+            },
+        ),
+        sse("ping", {"type": "ping"}),
+    ]
+    for index, block in enumerate(content):
+        start = {"type": "text", "text": ""}
+        if block.get("citations"):
+            start["citations"] = []
+        events.append(
+            sse(
+                "content_block_start",
+                {"type": "content_block_start", "index": index, "content_block": start},
+            )
+        )
+        for citation in block.get("citations") or []:
+            delta = {"type": "citations_delta", "citation": citation}
+            events.append(
+                sse(
+                    "content_block_delta",
+                    {"type": "content_block_delta", "index": index, "delta": delta},
+                )
+            )
+        text = block["text"]
+        for piece in (text[: len(text) // 2], text[len(text) // 2 :]):
+            if piece:
+                delta = {"type": "text_delta", "text": piece}
+                events.append(
+                    sse(
+                        "content_block_delta",
+                        {"type": "content_block_delta", "index": index, "delta": delta},
+                    )
+                )
+        events.append(sse("content_block_stop", {"type": "content_block_stop", "index": index}))
+    events.append(
+        sse(
+            "message_delta",
+            {
+                "type": "message_delta",
+                "delta": {"stop_reason": "end_turn", "stop_sequence": None},
+                "usage": {**message([])["usage"], "output_tokens": usage_out},
+            },
+        )
+    )
+    events.append(sse("message_stop", {"type": "message_stop"}))
+    return events
