@@ -1,4 +1,4 @@
-"""``citegate serve | migrate | keys create|list|revoke``."""
+"""``citegate serve | migrate | local-engine | keys create|list|revoke``."""
 
 from __future__ import annotations
 
@@ -45,18 +45,65 @@ def serve(
     proxy_headers: Annotated[
         bool, typer.Option(help="Trust X-Forwarded-* headers (behind a proxy).")
     ] = False,
+    forwarded_allow_ips: Annotated[
+        str | None,
+        typer.Option(
+            help="With --proxy-headers: comma-separated addresses or networks whose "
+            "X-Forwarded-* headers are trusted, * for any. Default: $FORWARDED_ALLOW_IPS, "
+            "else 127.0.0.1,::1 (uvicorn's).",
+            show_default=False,
+        ),
+    ] = None,
+    graceful_timeout: Annotated[
+        int,
+        typer.Option(
+            min=0,
+            help="On SIGTERM: stop accepting connections, let requests and streams in flight "
+            "finish for at most this many seconds, cancel the rest, then exit 0.",
+        ),
+    ] = 30,
 ) -> None:
     """Apply the migrations, then serve the API."""
-    settings = Settings()
-    _configure_logging(settings)
-    upgrade_to_head(settings.database_url)
-    uvicorn.run(
-        create_app(settings),
-        host=host,
-        port=port,
-        proxy_headers=proxy_headers,
-        log_config=None,
-    )
+    import signal
+
+    from sse_starlette.sse import AppStatus
+
+    # sse-starlette ends every stream as soon as SIGTERM arrives; let them finish instead, like
+    # any request in flight, within uvicorn's graceful timeout.
+    AppStatus.disable_automatic_graceful_drain()  # type: ignore[no-untyped-call]
+
+    def exit_cleanly(signum: int, frame: object) -> None:
+        # uvicorn handles SIGTERM while it serves, then raises it again once it has shut down
+        # gracefully; end with status 0 then (and on a SIGTERM before serving).
+        raise SystemExit(0)
+
+    previous = signal.signal(signal.SIGTERM, exit_cleanly)
+    try:
+        settings = Settings()
+        _configure_logging(settings)
+        upgrade_to_head(settings.database_url)
+        uvicorn.run(
+            create_app(settings),
+            host=host,
+            port=port,
+            proxy_headers=proxy_headers,
+            forwarded_allow_ips=forwarded_allow_ips,
+            timeout_graceful_shutdown=graceful_timeout,
+            log_config=None,
+        )
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+@cli.command("local-engine")
+def local_engine(
+    host: Annotated[str, typer.Option(help="Interface to bind.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="Port to listen on.")] = 8001,
+) -> None:
+    """Serve the embedded local engine alone: a Messages API for tests and other tools."""
+    from app.local_engine import serve as serve_local_engine
+
+    serve_local_engine(host, port)
 
 
 def _with_session(work: Callable[[AsyncSession], Awaitable[T]]) -> T:
