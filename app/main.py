@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -20,6 +21,7 @@ from app.auth.limits import KeyLimits
 from app.db.engine import create_engine, create_session_factory
 from app.errors import install_error_handlers
 from app.local_engine import create_local_engine_app
+from app.observability import Metrics, RequestObserver, metrics_endpoint
 from app.settings import Settings
 from app.upstream.client import UpstreamClient, create_http_client
 
@@ -42,15 +44,18 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             transport = httpx.ASGITransport(app=create_local_engine_app())
         http = create_http_client(settings, transport)
         app.state.answer_context = AnswerContext(
-            upstream=UpstreamClient(http, settings),
+            upstream=UpstreamClient(http, settings, metrics),
             sources=SourceCache(settings.source_cache_chars),
             limits=app.state.key_limits,
             settings=settings,
             sessions=app.state.sessions,
+            metrics=metrics,
         )
+        watcher = asyncio.create_task(metrics.watch_event_loop())
         try:
             yield
         finally:
+            watcher.cancel()
             await http.aclose()
             app.state.key_limits.close()
             await engine.dispose()
@@ -61,11 +66,15 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         summary="Cited answers over your documents, through Claude's Messages API.",
         lifespan=lifespan,
     )
+    metrics = Metrics()
     app.state.settings = settings
+    app.state.metrics = metrics
     app.state.key_limits = KeyLimits(settings)
     install_error_handlers(app)
-    app.add_middleware(RequestIdMiddleware)
+    app.add_middleware(RequestObserver, metrics=metrics)
+    app.add_middleware(RequestIdMiddleware)  # outermost: the observer logs the request id
     app.include_router(health.router)
+    app.get("/metrics", include_in_schema=False)(metrics_endpoint)
     authenticated = [Depends(require_principal)]
     app.include_router(documents_router(settings), dependencies=authenticated)
     app.include_router(answers.router, dependencies=authenticated)

@@ -65,6 +65,9 @@ class Settings(BaseSettings):
     system_prompt: str | None = Field(default=None, description="Default system prompt.")
     upstream_connect_timeout: float = Field(default=5.0, gt=0)
     upstream_read_timeout: float = Field(default=300.0, gt=0)
+    upstream_max_connections: int = Field(
+        default=1000, ge=1, description="Open upstream connections at most (one per stream)."
+    )
     upstream_max_attempts: int = Field(default=3, ge=1, le=10)
     upstream_max_retry_seconds: float = Field(
         default=60.0, ge=0, description="No retry starts after this long since the first try."

@@ -27,6 +27,7 @@ from app.conversations import service as conversations
 from app.db.models import Answer
 from app.errors import NotFound, problem_of
 from app.ids import new_id
+from app.observability import Metrics
 from app.settings import Settings
 from app.upstream.client import UpstreamClient
 from app.upstream.errors import UpstreamError
@@ -43,6 +44,7 @@ class AnswerContext:
     limits: KeyLimits
     settings: Settings
     sessions: async_sessionmaker[AsyncSession]
+    metrics: Metrics
 
 
 @dataclass(frozen=True, slots=True)
@@ -285,6 +287,14 @@ async def _store(
     async with context.sessions() as session:
         session.add(answer)
         await session.commit()
+    context.metrics.answers.labels(status).inc()
+    context.metrics.count_usage(usage)
+    if any(
+        not citation["verified"] and citation["document_id"] is not None
+        for segment in segments
+        for citation in segment["citations"]
+    ):
+        context.metrics.unverified.inc()
     return answer
 
 

@@ -13,8 +13,11 @@ from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker, create_async
 def create_engine(database_url: str, **kwargs: Any) -> AsyncEngine:
     """An async engine for SQLite (aiosqlite) or PostgreSQL (asyncpg).
 
-    For SQLite the file's folder is created, foreign keys are enforced and WAL lets readers
-    proceed while one writer commits.
+    For SQLite the file's folder is created, foreign keys are enforced, and the process uses one
+    connection: SQLite takes one writer at a time anyway, and writers that contend sleep in
+    SQLite's busy handler (up to 100 ms a try), while queueing for the one connection costs
+    microseconds. No transaction is held across a slow await (the upstream call, PDF parsing),
+    so the queue stays short.
     """
     url = make_url(database_url)
     if not url.drivername.startswith("sqlite"):
@@ -22,6 +25,8 @@ def create_engine(database_url: str, **kwargs: Any) -> AsyncEngine:
 
     if url.database and url.database != ":memory:":
         Path(url.database).parent.mkdir(parents=True, exist_ok=True)
+    if "poolclass" not in kwargs:
+        kwargs |= {"pool_size": 1, "max_overflow": 0, "pool_timeout": 60}
     engine = create_async_engine(url, connect_args={"timeout": 30}, **kwargs)
 
     @event.listens_for(engine.sync_engine, "connect")

@@ -31,6 +31,7 @@ from tenacity import (
     wait_random_exponential,
 )
 
+from app.observability import Metrics, note_upstream_request_id
 from app.settings import Settings
 from app.upstream.errors import UpstreamError, error_for_status
 from app.upstream.wire import Message, TokenCount
@@ -88,12 +89,6 @@ def _is_retryable(error: BaseException) -> bool:
     return isinstance(error, _RetryableStatus | httpx.ConnectError | httpx.ConnectTimeout)
 
 
-def _log_retry(state: RetryCallState) -> None:
-    error = state.outcome.exception() if state.outcome else None
-    reason = error.response.status_code if isinstance(error, _RetryableStatus) else repr(error)
-    log.warning("upstream attempt %d failed (%s); retrying", state.attempt_number, reason)
-
-
 def create_http_client(
     settings: Settings, transport: httpx.AsyncBaseTransport | None
 ) -> httpx.AsyncClient:
@@ -109,21 +104,36 @@ def create_http_client(
         headers=headers,
         timeout=timeout,
         transport=transport,
-        limits=httpx.Limits(max_connections=200, max_keepalive_connections=50),
+        # A streamed answer holds its connection for its whole length.
+        limits=httpx.Limits(
+            max_connections=settings.upstream_max_connections, max_keepalive_connections=100
+        ),
     )
 
 
 class UpstreamClient:
     """Posts Messages API requests; returns parsed answers or raises ``UpstreamError``."""
 
-    def __init__(self, http: httpx.AsyncClient, settings: Settings) -> None:
+    def __init__(self, http: httpx.AsyncClient, settings: Settings, metrics: Metrics) -> None:
         self._http = http
+        self._metrics = metrics
+
+        def before_retry(state: RetryCallState) -> None:
+            error = state.outcome.exception() if state.outcome else None
+            reason = (
+                str(error.response.status_code)
+                if isinstance(error, _RetryableStatus)
+                else type(error).__name__
+            )
+            log.warning("upstream attempt %d failed (%s); retrying", state.attempt_number, reason)
+            metrics.upstream_retries.labels(reason).inc()
+
         self._retrying = AsyncRetrying(
             retry=retry_if_exception(_is_retryable),
             wait=_wait,
             stop=stop_after_attempt(settings.upstream_max_attempts)
             | stop_before_delay(settings.upstream_max_retry_seconds),
-            before_sleep=_log_retry,
+            before_sleep=before_retry,
             reraise=True,
         )
 
@@ -161,6 +171,18 @@ class UpstreamClient:
             await response.aclose()
 
     async def _post(self, path: str, body: dict[str, Any], stream: bool = False) -> httpx.Response:
+        endpoint = path.rsplit("/", 1)[-1]
+        try:
+            response = await self._send(path, body, stream)
+        except UpstreamError as exc:
+            self._metrics.upstream_calls.labels(endpoint, exc.code).inc()
+            note_upstream_request_id(exc.request_id)
+            raise
+        self._metrics.upstream_calls.labels(endpoint, "ok").inc()
+        note_upstream_request_id(request_id_of(response))
+        return response
+
+    async def _send(self, path: str, body: dict[str, Any], stream: bool) -> httpx.Response:
         # orjson: documents make request bodies of megabytes; the json module is the bottleneck.
         content = orjson.dumps(body)
         try:

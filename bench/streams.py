@@ -1,0 +1,237 @@
+"""Many streamed answers held open at once: N `"stream": true` answers through Citegate against
+a fake upstream (its own process, on 127.0.0.1) that trickles tokens for about 10 s each. The
+streams start at --rate per second, so that all N are open together at the peak. Prints the
+service's peak RSS, time to first event (p50/p95, against the upstream's own measured the same
+way), the most streams open at once, and event-loop lag. Asserts nothing.
+
+    .venv/bin/python bench/streams.py [--streams 500] [--rate 100] [--deltas 100] [--pause 0.1]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+from httpx_sse import aconnect_sse
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from overhead import free_port, peak_rss_mib, wait_up
+
+
+def serve_fake(port: int, deltas: int, pause: float) -> None:
+    import uvicorn
+    from starlette.applications import Starlette
+    from starlette.requests import Request
+    from starlette.responses import StreamingResponse
+    from starlette.routing import Route
+
+    def event(name: str, data: dict[str, Any]) -> bytes:
+        return f"event: {name}\ndata: {json.dumps(data)}\n\n".encode()
+
+    usage = {"input_tokens": 10, "output_tokens": 1, "cache_read_input_tokens": 0}
+    start = {
+        "type": "message_start",
+        "message": {
+            "id": "msg_bench",
+            "type": "message",
+            "role": "assistant",
+            "model": "claude-sonnet-5",
+            "content": [],
+            "stop_reason": None,
+            "usage": usage,
+        },
+    }
+
+    async def trickle() -> Any:
+        yield event("message_start", start)
+        yield event(
+            "content_block_start",
+            {
+                "type": "content_block_start",
+                "index": 0,
+                "content_block": {"type": "text", "text": ""},
+            },
+        )
+        for n in range(deltas):
+            await asyncio.sleep(pause)
+            delta = {"type": "text_delta", "text": f"token{n} "}
+            yield event(
+                "content_block_delta", {"type": "content_block_delta", "index": 0, "delta": delta}
+            )
+        yield event("content_block_stop", {"type": "content_block_stop", "index": 0})
+        yield event(
+            "message_delta",
+            {
+                "type": "message_delta",
+                "delta": {"stop_reason": "end_turn"},
+                "usage": {**usage, "output_tokens": deltas},
+            },
+        )
+        yield event("message_stop", {"type": "message_stop"})
+
+    async def messages(request: Request) -> StreamingResponse:
+        await request.body()
+        return StreamingResponse(trickle(), media_type="text/event-stream")
+
+    app = Starlette(routes=[Route("/v1/messages", messages, methods=["POST"])])
+    uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning", backlog=4096)
+
+
+class Open:
+    now = 0
+    most = 0
+
+
+async def first_event(
+    client: httpx.AsyncClient, url: str, body: dict[str, Any], delay: float = 0.0
+) -> float:
+    """Seconds from sending the request to the first event; then reads the stream to its end."""
+    await asyncio.sleep(delay)
+    started = time.perf_counter()
+    first = None
+    Open.now += 1
+    Open.most = max(Open.most, Open.now)
+    try:
+        async with aconnect_sse(client, "POST", url, json=body) as source:
+            async for sse in source.aiter_sse():
+                if first is None:
+                    first = time.perf_counter() - started
+                if sse.event in ("answer.done", "error", "message_stop"):
+                    assert sse.event != "error", sse.data
+                    break
+    finally:
+        Open.now -= 1
+    assert first is not None
+    return first
+
+
+def percentile(values: list[float], q: int) -> float:
+    return statistics.quantiles(values, n=100, method="inclusive")[q - 1]
+
+
+def lag_from_metrics(text: str) -> tuple[float, float, float]:
+    """(mean, p99 upper bound, max bucket seen) of the event-loop lag histogram, in ms."""
+    buckets: list[tuple[float, float]] = []
+    total = count = 0.0
+    for line in text.splitlines():
+        if line.startswith("citegate_event_loop_lag_seconds_bucket"):
+            bound = line.split('le="')[1].split('"')[0]
+            buckets.append(
+                (float("inf") if bound == "+Inf" else float(bound), float(line.split()[-1]))
+            )
+        elif line.startswith("citegate_event_loop_lag_seconds_sum"):
+            total = float(line.split()[-1])
+        elif line.startswith("citegate_event_loop_lag_seconds_count"):
+            count = float(line.split()[-1])
+    p99 = next(bound for bound, seen in buckets if seen >= 0.99 * count)
+    worst = next(bound for bound, seen in buckets if seen >= count)
+    return total / count * 1000, p99 * 1000, worst * 1000
+
+
+async def measure(citegate: str, fake: str, streams: int, rate: float) -> None:
+    limits = httpx.Limits(max_connections=streams + 10)
+    async with httpx.AsyncClient(timeout=120, limits=limits) as client:
+        created = await client.post(
+            f"{citegate}/v1/documents",
+            json={"source": {"type": "text", "data": "The grass is green. The sky is blue."}},
+        )
+        ask = {"question": "Colours?", "document_ids": [created.json()["id"]], "stream": True}
+        direct = {
+            "model": "m",
+            "max_tokens": 10,
+            "stream": True,
+            "messages": [{"role": "user", "content": "x"}],
+        }
+        await asyncio.gather(
+            *(first_event(client, f"{citegate}/v1/answers", ask) for _ in range(20))
+        )
+        base = await asyncio.gather(
+            *(first_event(client, f"{fake}/v1/messages", direct, n / rate) for n in range(streams))
+        )
+        upstream_most, Open.most = Open.most, 0
+        started = time.perf_counter()
+        ours = await asyncio.gather(
+            *(first_event(client, f"{citegate}/v1/answers", ask, n / rate) for n in range(streams))
+        )
+        elapsed = time.perf_counter() - started
+        after = (await client.get(f"{citegate}/metrics")).text
+    print(
+        f"{streams} streams started at {rate:.0f}/s, done in {elapsed:.1f} s; at most "
+        f"{Open.most} open at once through Citegate ({upstream_most} against the upstream alone)"
+    )
+    print(
+        f"time to first event: upstream alone p50 {percentile(base, 50) * 1000:.0f} ms, "
+        f"p95 {percentile(base, 95) * 1000:.0f} ms; through Citegate p50 "
+        f"{percentile(ours, 50) * 1000:.0f} ms, p95 {percentile(ours, 95) * 1000:.0f} ms "
+        f"(added p95 {(percentile(ours, 95) - percentile(base, 95)) * 1000:.0f} ms)"
+    )
+    mean, p99, worst = lag_from_metrics(after)
+    print(f"event-loop lag: mean {mean:.1f} ms, p99 <= {p99:.0f} ms, max <= {worst:.0f} ms")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--streams", type=int, default=500)
+    parser.add_argument("--rate", type=float, default=100.0, help="streams started per second")
+    parser.add_argument("--deltas", type=int, default=100)
+    parser.add_argument("--pause", type=float, default=0.1)
+    parser.add_argument("--database-url", help="default: a new SQLite file")
+    parser.add_argument("--serve-fake", type=int, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.serve_fake:
+        serve_fake(args.serve_fake, args.deltas, args.pause)
+        return
+    workdir = Path(tempfile.mkdtemp(prefix="citegate-streams-"))
+    fake_port, port = free_port(), free_port()
+    fake = subprocess.Popen(
+        [
+            sys.executable,
+            __file__,
+            "--serve-fake",
+            str(fake_port),
+            "--deltas",
+            str(args.deltas),
+            "--pause",
+            str(args.pause),
+        ]
+    )
+    env = dict(
+        os.environ,
+        CITEGATE_LOG_LEVEL="WARNING",
+        CITEGATE_RATE_LIMIT_PER_MINUTE="0",
+        CITEGATE_DATABASE_URL=args.database_url or f"sqlite+aiosqlite:///{workdir}/s.db",
+        ANTHROPIC_API_KEY="bench-key",
+        ANTHROPIC_BASE_URL=f"http://127.0.0.1:{fake_port}",
+    )
+    server = subprocess.Popen(
+        [str(Path(sys.executable).parent / "citegate"), "serve", "--port", str(port)], env=env
+    )
+    try:
+        wait_up(f"http://127.0.0.1:{port}/healthz")
+        wait_up(f"http://127.0.0.1:{fake_port}/")
+        asyncio.run(
+            measure(
+                f"http://127.0.0.1:{port}", f"http://127.0.0.1:{fake_port}", args.streams, args.rate
+            )
+        )
+        print(f"service peak RSS: {peak_rss_mib(server.pid):.0f} MiB")
+    finally:
+        for process in (server, fake):
+            process.terminate()
+            process.wait(timeout=30)
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
