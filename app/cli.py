@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import logging
 from collections.abc import Awaitable, Callable
 from typing import Annotated, TypeVar
 
@@ -16,6 +15,7 @@ from app.db.engine import create_engine, create_session_factory
 from app.db.migrations import upgrade_to_head
 from app.errors import NotFound
 from app.main import create_app
+from app.observability import configure_logging
 from app.settings import Settings
 
 cli = typer.Typer(help="Citegate: cited answers over your documents.", no_args_is_help=True)
@@ -24,17 +24,11 @@ cli.add_typer(keys_cli, name="keys")
 T = TypeVar("T")
 
 
-def _configure_logging(settings: Settings) -> None:
-    logging.basicConfig(
-        level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s"
-    )
-
-
 @cli.command()
 def migrate() -> None:
     """Bring the database schema to the newest revision."""
     settings = Settings()
-    _configure_logging(settings)
+    configure_logging(settings.log_level)
     upgrade_to_head(settings.database_url)
 
 
@@ -80,7 +74,7 @@ def serve(
     previous = signal.signal(signal.SIGTERM, exit_cleanly)
     try:
         settings = Settings()
-        _configure_logging(settings)
+        configure_logging(settings.log_level)
         upgrade_to_head(settings.database_url)
         uvicorn.run(
             create_app(settings),
@@ -90,6 +84,7 @@ def serve(
             forwarded_allow_ips=forwarded_allow_ips,
             timeout_graceful_shutdown=graceful_timeout,
             log_config=None,
+            access_log=False,  # the app logs each request itself, as one JSON line
         )
     finally:
         signal.signal(signal.SIGTERM, previous)

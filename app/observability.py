@@ -160,6 +160,7 @@ class RequestObserver:
         self.metrics.requests.labels(method, template, str(status)).inc()
         self.metrics.latency.labels(method, template).observe(elapsed)
         state = scope.get("state", {})
+        client = scope.get("client")
         request_log.info(
             "%s %s %d",
             method,
@@ -168,6 +169,7 @@ class RequestObserver:
             extra={
                 "request_id": state.get("request_id"),
                 "tenant": state.get("tenant_id"),
+                "client": client[0] if client else None,  # after trusted proxy headers
                 "method": method,
                 "route": template,
                 "status": status,
