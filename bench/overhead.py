@@ -110,6 +110,12 @@ def wait_up(url: str) -> None:
     raise RuntimeError(f"{url} did not come up")
 
 
+def cpu_seconds(pid: int) -> float:
+    """User and system CPU time the process has used."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def peak_rss_mib(pid: int) -> float:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmHWM:"):
@@ -144,7 +150,7 @@ def percentile(values: list[float], q: float) -> float:
     return statistics.quantiles(values, n=100, method="inclusive")[int(q) - 1]
 
 
-async def measure(citegate: str, fake: str, count: int) -> None:
+async def measure(citegate: str, fake: str, count: int, pid: int) -> None:
     texts = [document_text(n) for n in range(3)]
     async with httpx.AsyncClient(timeout=60, limits=httpx.Limits(max_connections=32)) as client:
         ids = []
@@ -184,14 +190,17 @@ async def measure(citegate: str, fake: str, count: int) -> None:
         for concurrency in (1, 16):
             n = count if concurrency == 1 else count * 2
             base, base_rps = await run(client, f"{fake}/v1/messages", direct, n, concurrency)
+            cpu = cpu_seconds(pid)
             ours, rps = await run(client, f"{citegate}/v1/answers", ask, n, concurrency)
+            cpu_ms = (cpu_seconds(pid) - cpu) / n * 1000
             p50 = (percentile(ours, 50) - percentile(base, 50)) * 1000
             p95 = (percentile(ours, 95) - percentile(base, 95)) * 1000
             print(
                 f"{'sequential' if concurrency == 1 else f'{concurrency} concurrent':>13}: "
                 f"added latency p50 {p50:.1f} ms, p95 {p95:.1f} ms; "
                 f"Citegate {rps:.0f} req/s (direct to the fake {base_rps:.0f} req/s); "
-                f"Citegate p50 {percentile(ours, 50) * 1000:.1f} ms"
+                f"Citegate p50 {percentile(ours, 50) * 1000:.1f} ms, "
+                f"Citegate CPU {cpu_ms:.1f} ms per answer"
             )
 
 
@@ -224,7 +233,12 @@ def main() -> None:
         wait_up(f"http://127.0.0.1:{fake_port}/")
         print(f"database: {env['CITEGATE_DATABASE_URL'].split(':', 1)[0]}; one worker")
         asyncio.run(
-            measure(f"http://127.0.0.1:{port}", f"http://127.0.0.1:{fake_port}", args.requests)
+            measure(
+                f"http://127.0.0.1:{port}",
+                f"http://127.0.0.1:{fake_port}",
+                args.requests,
+                server.pid,
+            )
         )
         print(f"Citegate peak RSS: {peak_rss_mib(server.pid):.0f} MiB")
     finally:

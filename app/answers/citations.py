@@ -11,6 +11,7 @@ import bisect
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 log = logging.getLogger(__name__)
@@ -39,7 +40,7 @@ class IndexedChunk:
     block_index: int | None
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class DocumentIndex:
     """What resolution needs of one stored document: its text and its chunks."""
 
@@ -72,13 +73,19 @@ class DocumentIndex:
             return None
         return self.chunks[first].start, self.chunks[end - 1].end
 
+    @cached_property
+    def _chunk_ends(self) -> list[int]:
+        return [chunk.end for chunk in self.chunks]
+
     def span(self, start: int, end: int) -> dict[str, Any]:
         """The ``span`` member for text offsets: pages and chunks it covers."""
-        inside = [
-            index
-            for index, chunk in enumerate(self.chunks)
-            if chunk.start < end and chunk.end > start
-        ]
+        # Chunks tile the text in order: the first one ending after start, then onwards.
+        first = bisect.bisect_right(self._chunk_ends, start)
+        inside = []
+        for index in range(first, len(self.chunks)):
+            if self.chunks[index].start >= end:
+                break
+            inside.append(index)
         pages = [page for i in inside if (page := self.chunks[i].page_number) is not None]
         return {
             "start_char": start,
@@ -119,7 +126,7 @@ def normalize(text: str) -> tuple[str, list[int], list[int]]:
 
 
 def _same(stored: str, cited: str) -> bool:
-    return normalize(stored)[0].strip() == normalize(cited)[0].strip()
+    return stored == cited or normalize(stored)[0].strip() == normalize(cited)[0].strip()
 
 
 def locate(text: str, cited: str, within: tuple[int, int], near: int) -> tuple[int, int] | None:
