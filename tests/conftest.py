@@ -14,6 +14,7 @@ from pathlib import Path
 import httpx
 import pytest
 import uvicorn
+from pydantic import SecretStr
 from sqlalchemy import delete, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.pool import NullPool
@@ -24,6 +25,7 @@ from app.db.migrations import upgrade_to_head
 from app.db.models import DEFAULT_TENANT_ID, Answer, ApiKey, Conversation, Document, Tenant
 from app.main import create_app
 from app.settings import Settings
+from tests.fake_upstream import FakeUpstream
 
 SHARED = Path(__file__).resolve().parents[2] / "shared"
 CORPUS = SHARED / "corpus" / "pdf"
@@ -104,6 +106,24 @@ class ServedApp(Served):
 
     def __init__(self, settings: Settings) -> None:
         super().__init__(create_app(settings))
+
+
+@pytest.fixture(scope="session")
+def fake() -> Iterator[FakeUpstream]:
+    """A fake Messages API on 127.0.0.1; each test scripts its replies with ``fake.reset``."""
+    upstream = FakeUpstream()
+    with Served(upstream.app) as served:
+        upstream.base_url = served.base_url
+        yield upstream
+
+
+def behind(settings: Settings, fake: FakeUpstream, **update: object) -> ServedApp:
+    """Citegate with an API key, talking to the fake upstream."""
+    update = {
+        "anthropic_api_key": SecretStr("sk-test"),
+        "anthropic_base_url": fake.base_url,
+    } | update
+    return ServedApp(settings.model_copy(update=update))
 
 
 @pytest.fixture(scope="session")

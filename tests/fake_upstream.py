@@ -37,6 +37,27 @@ class Recorded:
     body: dict[str, Any]
 
 
+GRASS = "The grass is green. The sky is blue."
+# An answer about GRASS as the real API gives it: an uncited block, then a cited one.
+GRASS_ANSWER = [
+    {"type": "text", "text": "Based on the document, "},
+    {
+        "type": "text",
+        "text": "the grass is green",
+        "citations": [
+            {
+                "type": "char_location",
+                "cited_text": "The grass is green. ",
+                "document_index": 0,
+                "document_title": None,
+                "start_char_index": 0,
+                "end_char_index": 20,
+            }
+        ],
+    },
+]
+
+
 def message(content: list[dict[str, Any]], **overrides: Any) -> dict[str, Any]:
     """A Messages API response envelope around content blocks, as the API sends it."""
     return {
@@ -65,6 +86,7 @@ def error(status: int, kind: str, text: str) -> Reply:
 
 class FakeUpstream:
     def __init__(self) -> None:
+        self.base_url = ""  # set once it is served
         self.replies: deque[Reply] = deque()
         self.requests: list[Recorded] = []
         self.stream_closed = asyncio.Event()  # set when a stream ends, finished or not

@@ -17,32 +17,21 @@ from sqlalchemy.pool import NullPool
 
 from app.db.engine import create_engine
 from app.settings import Settings
-from tests.conftest import CORPUS, FIXTURES, Served, ServedApp
+from tests.conftest import CORPUS, FIXTURES, Served, behind
 from tests.fake_upstream import FakeUpstream, Reply, error, message
 
 SECRET = "sk-ant-test-0123456789abcdefghijklmnop"
 
 
 @pytest.fixture(scope="module")
-def fake() -> Iterator[FakeUpstream]:
-    upstream = FakeUpstream()
-    with Served(upstream.app) as served:
-        upstream.base_url = served.base_url  # type: ignore[attr-defined]
-        yield upstream
-
-
-@pytest.fixture(scope="module")
 def answering(settings: Settings, fake: FakeUpstream) -> Iterator[Served]:
-    with ServedApp(
-        settings.model_copy(
-            update={
-                "anthropic_api_key": SecretStr(SECRET),
-                "anthropic_base_url": fake.base_url,  # type: ignore[attr-defined]
-                "upstream_read_timeout": 1.0,
-                "upstream_max_attempts": 3,
-                "upstream_max_retry_seconds": 10.0,
-            }
-        )
+    with behind(
+        settings,
+        fake,
+        anthropic_api_key=SecretStr(SECRET),
+        upstream_read_timeout=1.0,
+        upstream_max_attempts=3,
+        upstream_max_retry_seconds=10.0,
     ) as app:
         yield app
 
@@ -449,14 +438,10 @@ def test_bad_questions_are_refused_before_the_upstream(
 
 def test_too_many_pdf_pages(settings: Settings, fake: FakeUpstream, client: httpx.Client) -> None:
     fake.reset(Reply(500))
-    few_pages = settings.model_copy(
-        update={
-            "anthropic_api_key": SecretStr(SECRET),
-            "anthropic_base_url": fake.base_url,  # type: ignore[attr-defined]
-            "max_pdf_pages_per_request": 5,
-        }
-    )
-    with ServedApp(few_pages) as app, httpx.Client(base_url=app.base_url) as http:
+    with (
+        behind(settings, fake, max_pdf_pages_per_request=5) as app,
+        httpx.Client(base_url=app.base_url) as http,
+    ):
         ids = [
             http.post(
                 "/v1/documents/upload", files={"file": (name, (CORPUS / name).read_bytes())}

@@ -8,47 +8,24 @@ from typing import Any
 
 import httpx
 import pytest
-from pydantic import SecretStr
 
 from app.settings import Settings
-from tests.conftest import FIXTURES, Served, ServedApp
-from tests.fake_upstream import FakeUpstream, Reply, message
+from tests.conftest import FIXTURES, Served, behind
+from tests.fake_upstream import GRASS, GRASS_ANSWER, FakeUpstream, Reply, message
 
-GRASS = "The grass is green. The sky is blue."
+# The recorded answer, citing the document titled "Colours".
 CITED = [
-    {"type": "text", "text": "Based on the document, "},
+    GRASS_ANSWER[0],
     {
-        "type": "text",
-        "text": "the grass is green",
-        "citations": [
-            {
-                "type": "char_location",
-                "cited_text": "The grass is green. ",
-                "document_index": 0,
-                "document_title": "Colours",
-                "start_char_index": 0,
-                "end_char_index": 20,
-            }
-        ],
+        **GRASS_ANSWER[1],
+        "citations": [{**GRASS_ANSWER[1]["citations"][0], "document_title": "Colours"}],
     },
 ]
 
 
 @pytest.fixture(scope="module")
-def fake() -> Iterator[FakeUpstream]:
-    upstream = FakeUpstream()
-    with Served(upstream.app) as served:
-        upstream.base_url = served.base_url  # type: ignore[attr-defined]
-        yield upstream
-
-
-@pytest.fixture(scope="module")
 def faked(settings: Settings, fake: FakeUpstream) -> Iterator[Served]:
-    update = {
-        "anthropic_api_key": SecretStr("sk-test"),
-        "anthropic_base_url": fake.base_url,  # type: ignore[attr-defined]
-    }
-    with ServedApp(settings.model_copy(update=update)) as app:
+    with behind(settings, fake) as app:
         yield app
 
 

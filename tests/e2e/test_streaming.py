@@ -11,36 +11,16 @@ from typing import Any
 import httpx
 import pytest
 from httpx_sse import connect_sse
-from pydantic import SecretStr
 
 from app.settings import Settings
-from tests.conftest import FIXTURES, Served, ServedApp
-from tests.fake_upstream import FakeUpstream, Reply, error, sse, sse_message
-
-GRASS = "The grass is green. The sky is blue."
-
-
-@pytest.fixture(scope="module")
-def fake() -> Iterator[FakeUpstream]:
-    upstream = FakeUpstream()
-    with Served(upstream.app) as served:
-        upstream.base_url = served.base_url  # type: ignore[attr-defined]
-        yield upstream
+from tests.conftest import FIXTURES, Served, behind
+from tests.fake_upstream import GRASS, GRASS_ANSWER, FakeUpstream, Reply, error, sse, sse_message
 
 
 @pytest.fixture(scope="module")
 def faked(settings: Settings, fake: FakeUpstream) -> Iterator[Served]:
     """Citegate in front of the fake upstream, with quick keep-alives."""
-    with ServedApp(
-        settings.model_copy(
-            update={
-                "anthropic_api_key": SecretStr("sk-test"),
-                "anthropic_base_url": fake.base_url,  # type: ignore[attr-defined]
-                "sse_keepalive_seconds": 0.3,
-                "upstream_read_timeout": 5.0,
-            }
-        )
-    ) as app:
+    with behind(settings, fake, sse_keepalive_seconds=0.3, upstream_read_timeout=5.0) as app:
         yield app
 
 
@@ -149,23 +129,7 @@ def upload(api: httpx.Client) -> str:
     )
 
 
-CITED = [
-    {"type": "text", "text": "Based on the document, "},
-    {
-        "type": "text",
-        "text": "the grass is green",
-        "citations": [
-            {
-                "type": "char_location",
-                "cited_text": "The grass is green. ",
-                "document_index": 0,
-                "document_title": None,
-                "start_char_index": 0,
-                "end_char_index": 20,
-            }
-        ],
-    },
-]
+CITED = GRASS_ANSWER
 
 
 def test_an_error_event_mid_stream_stores_a_failed_answer(

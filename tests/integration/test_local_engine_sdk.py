@@ -8,7 +8,6 @@ import base64
 import socket
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,7 +16,6 @@ from typing import Any
 import anthropic
 import httpx
 import pytest
-import uvicorn
 from anthropic.types import (
     CitationCharLocation,
     CitationContentBlockLocation,
@@ -29,54 +27,21 @@ from anthropic.types import (
 from app.documents.pdf import extract_pdf_text
 from app.local_engine import MODEL_NAME, LocalEngine, create_local_engine_app
 from app.local_engine.documents import upstream_page_text
+from tests.conftest import Served, free_port
 
 FIXTURES = Path(__file__).resolve().parents[3] / "shared" / "fixtures" / "anthropic"
 AMAZON_PDF = FIXTURES / "amazon_2023_letter.pdf"
 GRASS_SKY = "The grass is green. The sky is blue."
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
-class ServedEngine:
-    """A local engine served by uvicorn in a thread, on a real loopback socket."""
-
-    def __init__(self, engine: LocalEngine) -> None:
-        self.engine = engine
-        self.port = free_port()
-        self.base_url = f"http://127.0.0.1:{self.port}"
-        config = uvicorn.Config(
-            create_local_engine_app(engine), host="127.0.0.1", port=self.port, log_level="warning"
-        )
-        self.server = uvicorn.Server(config)
-        self.thread = threading.Thread(target=self.server.run, daemon=True)
-
-    def __enter__(self) -> ServedEngine:
-        self.thread.start()
-        deadline = time.monotonic() + 20
-        while not self.server.started:
-            if time.monotonic() > deadline or not self.thread.is_alive():
-                raise RuntimeError("the local engine did not start")
-            time.sleep(0.02)
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        self.server.should_exit = True
-        self.thread.join(timeout=20)
-
-
 @pytest.fixture(scope="module")
-def served() -> Iterator[ServedEngine]:
-    with ServedEngine(LocalEngine()) as engine:
+def served() -> Iterator[Served]:
+    with Served(create_local_engine_app(LocalEngine())) as engine:
         yield engine
 
 
 @pytest.fixture
-def client(served: ServedEngine) -> Iterator[anthropic.Anthropic]:
+def client(served: Served) -> Iterator[anthropic.Anthropic]:
     with anthropic.Anthropic(base_url=served.base_url, api_key="dummy-key", max_retries=0) as sdk:
         yield sdk
 
@@ -226,7 +191,7 @@ def test_stream_cut_by_max_tokens_matches_too(client: anthropic.Anthropic) -> No
     assert created.usage.output_tokens == 10
 
 
-def test_raw_stream_has_a_ping_after_message_start(served: ServedEngine) -> None:
+def test_raw_stream_has_a_ping_after_message_start(served: Served) -> None:
     response = httpx.post(
         f"{served.base_url}/v1/messages",
         json={"model": "m", "max_tokens": 100, "messages": GRASS_SKY_TURN, "stream": True},
@@ -390,7 +355,7 @@ def test_validation_errors_reach_the_sdk_as_bad_requests(
 
 def test_a_mid_stream_error_reaches_the_sdk() -> None:
     with (
-        ServedEngine(LocalEngine(fail_streams_after_blocks=1)) as faulty,
+        Served(create_local_engine_app(LocalEngine(fail_streams_after_blocks=1))) as faulty,
         anthropic.Anthropic(base_url=faulty.base_url, api_key="dummy", max_retries=0) as sdk,
         pytest.raises(anthropic.APIStatusError) as raised,
         sdk.messages.stream(model="m", max_tokens=100, messages=GRASS_SKY_TURN) as stream,
