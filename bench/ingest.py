@@ -10,19 +10,14 @@ The service runs as `citegate serve` in its own process on a fresh database, so 
 from __future__ import annotations
 
 import argparse
-import os
 import random
-import shutil
-import socket
 import statistics
-import subprocess
-import sys
-import tempfile
 import time
 from pathlib import Path
 
 import httpx
 import pypdfium2 as pdfium
+from harness import peak_rss_mib, running
 
 ROOT = Path(__file__).resolve().parents[1]
 PDF = ROOT.parent / "shared" / "corpus" / "pdf" / "GeoTopo-komprimiert.pdf"
@@ -56,20 +51,6 @@ def bare_extraction(data: bytes) -> float:
     return time.perf_counter() - started
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
-def peak_rss_mib(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1]) / 1024
-    return float("nan")
-
-
 def timed_upload(http: httpx.Client, name: str, data: bytes) -> float:
     started = time.perf_counter()
     response = http.post("/v1/documents/upload", files={"file": (name, data)})
@@ -85,33 +66,19 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     args = parser.parse_args()
 
-    workdir = Path(tempfile.mkdtemp(prefix="citegate-bench-"))
-    env = dict(os.environ, CITEGATE_LOG_LEVEL="WARNING")
-    env["CITEGATE_DATABASE_URL"] = args.database_url or f"sqlite+aiosqlite:///{workdir}/b.db"
-    port = free_port()
-    citegate = Path(sys.executable).parent / "citegate"
-    server = subprocess.Popen([str(citegate), "serve", "--port", str(port)], env=env)
-    try:
-        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=120) as http:
-            for _ in range(300):
-                try:
-                    http.get("/healthz")
-                    break
-                except httpx.TransportError:
-                    time.sleep(0.1)
-            pdf = PDF.read_bytes()
-            text = english_text(1_000_000).encode()
-            timed_upload(http, "warmup.pdf", pdf)  # imports, first connections
-            bare = [bare_extraction(pdf) for _ in range(args.rounds)]
-            pdf_times = [timed_upload(http, "geotopo.pdf", pdf) for _ in range(args.rounds)]
-            text_times = [timed_upload(http, "english.txt", text) for _ in range(args.rounds)]
-            rss = peak_rss_mib(server.pid)
-    finally:
-        server.terminate()
-        server.wait(timeout=30)
-        shutil.rmtree(workdir, ignore_errors=True)
+    with (
+        running(args.database_url, None) as stack,
+        httpx.Client(base_url=stack.citegate, timeout=120) as http,
+    ):
+        pdf = PDF.read_bytes()
+        text = english_text(1_000_000).encode()
+        timed_upload(http, "warmup.pdf", pdf)  # imports, first connections
+        bare = [bare_extraction(pdf) for _ in range(args.rounds)]
+        pdf_times = [timed_upload(http, "geotopo.pdf", pdf) for _ in range(args.rounds)]
+        text_times = [timed_upload(http, "english.txt", text) for _ in range(args.rounds)]
+        rss = peak_rss_mib(stack.pid)
+        backend = stack.database
 
-    backend = env["CITEGATE_DATABASE_URL"].split(":", 1)[0]
     bare_s, pdf_s, text_s = (statistics.median(t) for t in (bare, pdf_times, text_times))
     print(f"database: {backend}; median of {args.rounds} rounds")
     print(

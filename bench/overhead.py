@@ -13,19 +13,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import random
-import shutil
-import socket
 import statistics
-import subprocess
-import sys
-import tempfile
 import time
-from pathlib import Path
 from typing import Any
 
 import httpx
+from harness import cpu_seconds, peak_rss_mib, running
 
 WORDS = (
     "the of and to in is was for on that with as by at from it an be this which are or have "
@@ -91,36 +85,6 @@ def serve_fake(port: int) -> None:
 
     app = Starlette(routes=[Route("/v1/messages", messages, methods=["POST"])])
     uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning")
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
-def wait_up(url: str) -> None:
-    for _ in range(300):
-        try:
-            httpx.get(url, timeout=1)
-            return
-        except httpx.TransportError:
-            time.sleep(0.1)
-    raise RuntimeError(f"{url} did not come up")
-
-
-def cpu_seconds(pid: int) -> float:
-    """User and system CPU time the process has used."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def peak_rss_mib(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1]) / 1024
-    return float("nan")
 
 
 async def timed(client: httpx.AsyncClient, url: str, body: dict[str, Any]) -> float:
@@ -196,11 +160,12 @@ async def measure(citegate: str, fake: str, count: int, pid: int) -> None:
             p50 = (percentile(ours, 50) - percentile(base, 50)) * 1000
             p95 = (percentile(ours, 95) - percentile(base, 95)) * 1000
             print(
-                f"{'sequential' if concurrency == 1 else f'{concurrency} concurrent':>13}: "
-                f"added latency p50 {p50:.1f} ms, p95 {p95:.1f} ms; "
-                f"Citegate {rps:.0f} req/s (direct to the fake {base_rps:.0f} req/s); "
-                f"Citegate p50 {percentile(ours, 50) * 1000:.1f} ms, "
-                f"Citegate CPU {cpu_ms:.1f} ms per answer"
+                f"{'sequential' if concurrency == 1 else f'{concurrency} concurrent'}: "
+                f"added latency p50 {p50:.1f} ms, p95 {p95:.1f} ms\n"
+                f"  through Citegate: {rps:.0f} req/s, p50 {percentile(ours, 50) * 1000:.1f} ms, "
+                f"p95 {percentile(ours, 95) * 1000:.1f} ms, CPU {cpu_ms:.1f} ms per answer\n"
+                f"  straight to the fake: {base_rps:.0f} req/s, p50 "
+                f"{percentile(base, 50) * 1000:.1f} ms, p95 {percentile(base, 95) * 1000:.1f} ms"
             )
 
 
@@ -214,38 +179,11 @@ def main() -> None:
         serve_fake(args.serve_fake)
         return
 
-    workdir = Path(tempfile.mkdtemp(prefix="citegate-overhead-"))
-    fake_port, port = free_port(), free_port()
-    fake = subprocess.Popen([sys.executable, __file__, "--serve-fake", str(fake_port)])
-    env = dict(
-        os.environ,
-        CITEGATE_LOG_LEVEL="WARNING",
-        CITEGATE_RATE_LIMIT_PER_MINUTE="0",
-        CITEGATE_DATABASE_URL=args.database_url or f"sqlite+aiosqlite:///{workdir}/o.db",
-        ANTHROPIC_API_KEY="bench-key",
-        ANTHROPIC_BASE_URL=f"http://127.0.0.1:{fake_port}",
-    )
-    server = subprocess.Popen(
-        [str(Path(sys.executable).parent / "citegate"), "serve", "--port", str(port)], env=env
-    )
-    try:
-        wait_up(f"http://127.0.0.1:{port}/healthz")
-        wait_up(f"http://127.0.0.1:{fake_port}/")
-        print(f"database: {env['CITEGATE_DATABASE_URL'].split(':', 1)[0]}; one worker")
-        asyncio.run(
-            measure(
-                f"http://127.0.0.1:{port}",
-                f"http://127.0.0.1:{fake_port}",
-                args.requests,
-                server.pid,
-            )
-        )
-        print(f"Citegate peak RSS: {peak_rss_mib(server.pid):.0f} MiB")
-    finally:
-        for process in (server, fake):
-            process.terminate()
-            process.wait(timeout=30)
-        shutil.rmtree(workdir, ignore_errors=True)
+    with running(args.database_url, __file__) as stack:
+        assert stack.fake is not None
+        print(f"database: {stack.database}; one worker")
+        asyncio.run(measure(stack.citegate, stack.fake, args.requests, stack.pid))
+        print(f"Citegate peak RSS: {peak_rss_mib(stack.pid):.0f} MiB")
 
 
 if __name__ == "__main__":

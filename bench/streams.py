@@ -12,21 +12,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
-import shutil
 import statistics
-import subprocess
-import sys
-import tempfile
 import time
-from pathlib import Path
 from typing import Any
 
 import httpx
+from harness import peak_rss_mib, running
 from httpx_sse import aconnect_sse
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from overhead import free_port, peak_rss_mib, wait_up
 
 
 def serve_fake(port: int, deltas: int, pause: float) -> None:
@@ -192,45 +184,11 @@ def main() -> None:
     if args.serve_fake:
         serve_fake(args.serve_fake, args.deltas, args.pause)
         return
-    workdir = Path(tempfile.mkdtemp(prefix="citegate-streams-"))
-    fake_port, port = free_port(), free_port()
-    fake = subprocess.Popen(
-        [
-            sys.executable,
-            __file__,
-            "--serve-fake",
-            str(fake_port),
-            "--deltas",
-            str(args.deltas),
-            "--pause",
-            str(args.pause),
-        ]
-    )
-    env = dict(
-        os.environ,
-        CITEGATE_LOG_LEVEL="WARNING",
-        CITEGATE_RATE_LIMIT_PER_MINUTE="0",
-        CITEGATE_DATABASE_URL=args.database_url or f"sqlite+aiosqlite:///{workdir}/s.db",
-        ANTHROPIC_API_KEY="bench-key",
-        ANTHROPIC_BASE_URL=f"http://127.0.0.1:{fake_port}",
-    )
-    server = subprocess.Popen(
-        [str(Path(sys.executable).parent / "citegate"), "serve", "--port", str(port)], env=env
-    )
-    try:
-        wait_up(f"http://127.0.0.1:{port}/healthz")
-        wait_up(f"http://127.0.0.1:{fake_port}/")
-        asyncio.run(
-            measure(
-                f"http://127.0.0.1:{port}", f"http://127.0.0.1:{fake_port}", args.streams, args.rate
-            )
-        )
-        print(f"service peak RSS: {peak_rss_mib(server.pid):.0f} MiB")
-    finally:
-        for process in (server, fake):
-            process.terminate()
-            process.wait(timeout=30)
-        shutil.rmtree(workdir, ignore_errors=True)
+    fake_args = ("--deltas", str(args.deltas), "--pause", str(args.pause))
+    with running(args.database_url, __file__, *fake_args) as stack:
+        assert stack.fake is not None
+        asyncio.run(measure(stack.citegate, stack.fake, args.streams, args.rate))
+        print(f"database: {stack.database}; service peak RSS: {peak_rss_mib(stack.pid):.0f} MiB")
 
 
 if __name__ == "__main__":

@@ -25,7 +25,8 @@ from app.auth.keys import Principal
 from app.auth.limits import KeyLimits
 from app.conversations import service as conversations
 from app.db.models import Answer
-from app.errors import NotFound, problem_of
+from app.db.tenancy import get_owned
+from app.errors import problem_of
 from app.ids import new_id
 from app.observability import Metrics
 from app.settings import Settings
@@ -299,10 +300,7 @@ async def _store(
 
 
 async def get_answer(session: AsyncSession, tenant_id: str, answer_id: str) -> Answer:
-    answer = await session.get(Answer, answer_id)
-    if answer is None or answer.tenant_id != tenant_id:
-        raise NotFound(f"No answer with id {answer_id!r}.", code="answer_not_found")
-    return answer
+    return await get_owned(session, Answer, tenant_id, answer_id, "answer")
 
 
 def answer_payload(answer: Answer) -> dict[str, Any]:

@@ -11,7 +11,8 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from app.answers.sources import SourceCache, load_sources
 from app.conversations.schemas import ConversationRequest
 from app.db.models import Answer, Conversation, utcnow
-from app.errors import Conflict, NotFound
+from app.db.tenancy import get_owned
+from app.errors import Conflict
 from app.ids import new_id
 from app.pagination import Page, decode_cursor, paginate
 
@@ -48,12 +49,7 @@ def document_list(sources: Any) -> list[dict[str, Any]]:
 async def get_conversation(
     session: AsyncSession, tenant_id: str, conversation_id: str
 ) -> Conversation:
-    conversation = await session.get(Conversation, conversation_id)
-    if conversation is None or conversation.tenant_id != tenant_id:
-        raise NotFound(
-            f"No conversation with id {conversation_id!r}.", code="conversation_not_found"
-        )
-    return conversation
+    return await get_owned(session, Conversation, tenant_id, conversation_id, "conversation")
 
 
 async def list_conversations(

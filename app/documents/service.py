@@ -15,6 +15,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.db.models import Document, DocumentBlob, DocumentChunk
+from app.db.tenancy import get_owned
 from app.documents.parsing import (
     ParsedDocument,
     content_bytes,
@@ -23,7 +24,7 @@ from app.documents.parsing import (
     sha256_hex,
     sniff_kind,
 )
-from app.errors import InvalidDocument, InvalidRequest, NotFound, PayloadTooLarge
+from app.errors import InvalidDocument, InvalidRequest, PayloadTooLarge
 from app.ids import new_id
 from app.pagination import Page, decode_cursor, paginate
 
@@ -176,10 +177,7 @@ async def _store(
 
 async def get_document(session: AsyncSession, tenant_id: str, document_id: str) -> Document:
     """The tenant's document; any other id, including another tenant's, is not found."""
-    document = await session.get(Document, document_id)
-    if document is None or document.tenant_id != tenant_id:
-        raise NotFound(f"No document with id {document_id!r}.", code="document_not_found")
-    return document
+    return await get_owned(session, Document, tenant_id, document_id, "document")
 
 
 async def list_documents(

@@ -1,0 +1,92 @@
+"""What the benchmarks share: Citegate (and a fake upstream) each in its own process on
+127.0.0.1, on a new database, and the figures read off a process."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def wait_up(url: str) -> None:
+    for _ in range(300):
+        try:
+            httpx.get(url, timeout=1)
+            return
+        except httpx.TransportError:
+            time.sleep(0.1)
+    raise RuntimeError(f"{url} did not come up")
+
+
+def cpu_seconds(pid: int) -> float:
+    """User and system CPU time the process has used."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def peak_rss_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+@dataclass(frozen=True)
+class Stack:
+    citegate: str  # base URL
+    pid: int  # Citegate's process
+    fake: str | None  # the fake upstream's base URL
+    database: str  # the database's kind
+
+
+@contextmanager
+def running(database_url: str | None, fake_script: str | None, *fake_args: str) -> Iterator[Stack]:
+    """`citegate serve` on a new database (SQLite unless given), behind a fake upstream started
+    as ``python FAKE_SCRIPT --serve-fake PORT *FAKE_ARGS`` when one is named."""
+    workdir = Path(tempfile.mkdtemp(prefix="citegate-bench-"))
+    env = dict(
+        os.environ,
+        CITEGATE_LOG_LEVEL="WARNING",
+        CITEGATE_RATE_LIMIT_PER_MINUTE="0",
+        CITEGATE_DATABASE_URL=database_url or f"sqlite+aiosqlite:///{workdir}/bench.db",
+    )
+    processes = []
+    fake = None
+    if fake_script is not None:
+        fake_port = free_port()
+        command = [sys.executable, fake_script, "--serve-fake", str(fake_port), *fake_args]
+        processes.append(subprocess.Popen(command))
+        fake = f"http://127.0.0.1:{fake_port}"
+        env |= {"ANTHROPIC_API_KEY": "bench-key", "ANTHROPIC_BASE_URL": fake}
+    port = free_port()
+    citegate = str(Path(sys.executable).parent / "citegate")
+    server = subprocess.Popen([citegate, "serve", "--port", str(port)], env=env)
+    processes.append(server)
+    try:
+        base = f"http://127.0.0.1:{port}"
+        wait_up(f"{base}/healthz")
+        if fake is not None:
+            wait_up(f"{fake}/")
+        yield Stack(base, server.pid, fake, env["CITEGATE_DATABASE_URL"].split(":", 1)[0])
+    finally:
+        for process in processes:
+            process.terminate()
+            process.wait(timeout=30)
+        shutil.rmtree(workdir, ignore_errors=True)
