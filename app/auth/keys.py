@@ -13,6 +13,7 @@ import secrets
 from dataclasses import dataclass
 
 from sqlalchemy import select
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.db.models import DEFAULT_TENANT_ID, ApiKey, Tenant, utcnow
@@ -65,11 +66,19 @@ async def create_key(
 
 
 async def ensure_key(session: AsyncSession, tenant_name: str, key: str) -> ApiKey:
-    """Make sure the given key exists (the bootstrap key of a deployment)."""
-    existing = await session.scalar(select(ApiKey).where(ApiKey.key_hash == hash_key(key)))
+    """Make sure the given key exists (the bootstrap key of a deployment).
+
+    Replicas starting together may race to create it: the loser reads the winner's row.
+    """
+    query = select(ApiKey).where(ApiKey.key_hash == hash_key(key))
+    existing = await session.scalar(query)
     if existing is not None:
         return existing
-    row, _ = await create_key(session, tenant_name, key)
+    try:
+        row, _ = await create_key(session, tenant_name, key)
+    except IntegrityError:
+        await session.rollback()
+        row = (await session.scalars(query)).one()
     return row
 
 
