@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
+import hypothesis
 import pytest
 import uvicorn
 from pydantic import SecretStr
@@ -26,6 +27,10 @@ from app.db.models import DEFAULT_TENANT_ID, Answer, ApiKey, Conversation, Docum
 from app.main import create_app
 from app.settings import Settings
 from tests.fake_upstream import FakeUpstream
+
+# No per-example deadline: timings on a loaded CI machine say nothing about correctness.
+hypothesis.settings.register_profile("citegate", deadline=None)
+hypothesis.settings.load_profile("citegate")
 
 SHARED = Path(__file__).resolve().parents[2] / "shared"
 CORPUS = SHARED / "corpus" / "pdf"
