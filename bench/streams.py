@@ -17,7 +17,7 @@ import time
 from typing import Any
 
 import httpx
-from harness import peak_rss_mib, running
+from harness import cpu_seconds, peak_rss_mib, running
 from httpx_sse import aconnect_sse
 
 
@@ -131,7 +131,9 @@ def lag_from_metrics(text: str) -> tuple[float, float, float]:
     return total / count * 1000, p99 * 1000, worst * 1000
 
 
-async def measure(citegate: str, fake: str, streams: int, rate: float) -> None:
+async def measure(
+    citegate: str, fake: str, streams: int, rate: float, pid: int, deltas: int
+) -> None:
     limits = httpx.Limits(max_connections=streams + 10)
     async with httpx.AsyncClient(timeout=120, limits=limits) as client:
         created = await client.post(
@@ -152,11 +154,13 @@ async def measure(citegate: str, fake: str, streams: int, rate: float) -> None:
             *(first_event(client, f"{fake}/v1/messages", direct, n / rate) for n in range(streams))
         )
         upstream_most, Open.most = Open.most, 0
+        cpu = cpu_seconds(pid)
         started = time.perf_counter()
         ours = await asyncio.gather(
             *(first_event(client, f"{citegate}/v1/answers", ask, n / rate) for n in range(streams))
         )
         elapsed = time.perf_counter() - started
+        cpu = cpu_seconds(pid) - cpu
         after = (await client.get(f"{citegate}/metrics")).text
     print(
         f"{streams} streams started at {rate:.0f}/s, done in {elapsed:.1f} s; at most "
@@ -167,6 +171,11 @@ async def measure(citegate: str, fake: str, streams: int, rate: float) -> None:
         f"p95 {percentile(base, 95) * 1000:.0f} ms; through Citegate p50 "
         f"{percentile(ours, 50) * 1000:.0f} ms, p95 {percentile(ours, 95) * 1000:.0f} ms "
         f"(added p95 {(percentile(ours, 95) - percentile(base, 95)) * 1000:.0f} ms)"
+    )
+    events = streams * (deltas + 6)
+    print(
+        f"Citegate CPU: {cpu:.1f} s for {streams} streams ({cpu / elapsed * 100:.0f}% of a core), "
+        f"{cpu / events * 1e6:.0f} us per relayed upstream event"
     )
     mean, p99, worst = lag_from_metrics(after)
     print(f"event-loop lag: mean {mean:.1f} ms, p99 <= {p99:.0f} ms, max <= {worst:.0f} ms")
@@ -187,7 +196,9 @@ def main() -> None:
     fake_args = ("--deltas", str(args.deltas), "--pause", str(args.pause))
     with running(args.database_url, __file__, *fake_args) as stack:
         assert stack.fake is not None
-        asyncio.run(measure(stack.citegate, stack.fake, args.streams, args.rate))
+        asyncio.run(
+            measure(stack.citegate, stack.fake, args.streams, args.rate, stack.pid, args.deltas)
+        )
         print(f"database: {stack.database}; service peak RSS: {peak_rss_mib(stack.pid):.0f} MiB")
 
 

@@ -21,6 +21,10 @@ def create_engine(database_url: str, **kwargs: Any) -> AsyncEngine:
     """
     url = make_url(database_url)
     if not url.drivername.startswith("sqlite"):
+        if "poolclass" not in kwargs:
+            # Streams and follow-ups start and end at high rates; each holds a connection
+            # for a few round trips of a busy event loop.
+            kwargs |= {"pool_size": 20, "max_overflow": 20}
         return create_async_engine(url, pool_pre_ping=True, **kwargs)
 
     if url.database and url.database != ":memory:":
