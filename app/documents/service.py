@@ -148,23 +148,20 @@ async def _store(
     session.add(DocumentBlob(document_id=document.id, tenant_id=tenant_id, data=data))
     try:
         await session.flush()
-        if parsed.chunks:
-            await session.execute(
-                insert(DocumentChunk),
-                [
-                    {
-                        "document_id": document.id,
-                        "chunk_index": index,
-                        "tenant_id": tenant_id,
-                        "text": parsed.text[chunk.start : chunk.end],
-                        "start_char": chunk.start,
-                        "end_char": chunk.end,
-                        "page_number": chunk.page_number,
-                        "block_index": chunk.block_index,
-                    }
-                    for index, chunk in enumerate(parsed.chunks)
-                ],
+        rows = [
+            (
+                document.id,
+                index,
+                tenant_id,
+                parsed.text[chunk.start : chunk.end],
+                chunk.start,
+                chunk.end,
+                chunk.page_number,
+                chunk.block_index,
             )
+            for index, chunk in enumerate(parsed.chunks)
+        ]
+        await _insert_chunks(session, rows)
         await session.commit()
     except IntegrityError:
         # The same bytes were stored by a concurrent request: answer with that document.
@@ -173,6 +170,35 @@ async def _store(
             return StoredDocument(existing, created=False)
         raise
     return StoredDocument(document, created=True)
+
+
+_CHUNK_COLUMNS = (
+    "document_id",
+    "chunk_index",
+    "tenant_id",
+    "text",
+    "start_char",
+    "end_char",
+    "page_number",
+    "block_index",
+)
+
+
+async def _insert_chunks(session: AsyncSession, rows: list[tuple[Any, ...]]) -> None:
+    """The index rows, in the session's transaction. PostgreSQL gets them by COPY: a 1 MB text
+    makes ten thousand rows, and batched INSERTs of them cost more than parsing did."""
+    if not rows:
+        return
+    connection = await session.connection()
+    if connection.dialect.driver == "asyncpg":
+        raw = await connection.get_raw_connection()
+        await raw.driver_connection.copy_records_to_table(  # type: ignore[union-attr]
+            DocumentChunk.__tablename__, records=rows, columns=_CHUNK_COLUMNS
+        )
+    else:
+        await session.execute(
+            insert(DocumentChunk), [dict(zip(_CHUNK_COLUMNS, row, strict=True)) for row in rows]
+        )
 
 
 async def get_document(session: AsyncSession, tenant_id: str, document_id: str) -> Document:

@@ -7,7 +7,6 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from sqlalchemy import event
 from sqlalchemy.pool import NullPool
 
 from app.db.engine import create_engine, create_session_factory
@@ -18,27 +17,44 @@ from tests.conftest import FIXTURES, count_rows
 NOTHING = {"documents": 0, "document_blobs": 0, "document_chunks": 0}
 
 
-class ChunkInsertFails(Exception):
-    pass
-
-
 @pytest.fixture
 def empty_store(client: Any) -> Iterator[None]:  # the client fixture empties the store
     yield
 
 
+# A database fault under our code, after the blob and document rows were written: a trigger
+# that refuses index rows (it fires for INSERT and for PostgreSQL's COPY alike).
+FAILING_INDEX = {
+    "sqlite": [
+        "CREATE TRIGGER refuse_chunks BEFORE INSERT ON document_chunks "
+        "BEGIN SELECT RAISE(ABORT, 'index refused'); END"
+    ],
+    "postgresql": [
+        "CREATE FUNCTION refuse_chunks() RETURNS trigger LANGUAGE plpgsql AS "
+        "$$ BEGIN RAISE EXCEPTION 'index refused'; END $$",
+        "CREATE TRIGGER refuse_chunks BEFORE INSERT ON document_chunks "
+        "FOR EACH ROW EXECUTE FUNCTION refuse_chunks()",
+    ],
+}
+WORKING_INDEX = {
+    "sqlite": ["DROP TRIGGER refuse_chunks"],
+    "postgresql": ["DROP TRIGGER refuse_chunks ON document_chunks", "DROP FUNCTION refuse_chunks"],
+}
+
+
+async def _run_ddl(database_url: str, statements: dict[str, list[str]]) -> None:
+    engine = create_engine(database_url, poolclass=NullPool)
+    async with engine.begin() as connection:
+        for statement in statements[connection.dialect.name]:
+            await connection.exec_driver_sql(statement)
+    await engine.dispose()
+
+
 def test_a_failure_while_writing_the_index_leaves_nothing(
     empty_store: None, database_url: str
 ) -> None:
-    async def store_with_failing_index() -> None:
+    async def store() -> None:
         engine = create_engine(database_url, poolclass=NullPool)
-
-        # A database fault injected under our code, after blob and document rows were written.
-        @event.listens_for(engine.sync_engine, "before_cursor_execute")
-        def fail_on_chunks(_c: Any, _cur: Any, statement: str, *_: Any) -> None:
-            if statement.lstrip().upper().startswith("INSERT INTO DOCUMENT_CHUNKS"):
-                raise ChunkInsertFails
-
         sessions = create_session_factory(engine)
         data = (FIXTURES / "help_center" / "help_center_0.txt").read_bytes()
         try:
@@ -49,8 +65,13 @@ def test_a_failure_while_writing_the_index_leaves_nothing(
         finally:
             await engine.dispose()
 
-    with pytest.raises(ChunkInsertFails):
-        asyncio.run(store_with_failing_index())
+    asyncio.run(_run_ddl(database_url, FAILING_INDEX))
+    try:
+        # SQLAlchemy wraps the INSERT's error; COPY raises the driver's own.
+        with pytest.raises(Exception, match="index refused"):
+            asyncio.run(store())
+    finally:
+        asyncio.run(_run_ddl(database_url, WORKING_INDEX))
     assert count_rows(database_url) == NOTHING
 
 
