@@ -11,7 +11,7 @@ import asyncio
 import logging
 import time
 from contextvars import ContextVar
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from pythonjsonlogger.json import JsonFormatter
@@ -26,12 +26,20 @@ _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30,
 
 @dataclass
 class RequestFacts:
-    """What the code handling a request learns that its log line should carry."""
+    """What the code handling a request learns that its log line and metrics should carry."""
 
     upstream_request_id: str | None = None
+    ingested: list[tuple[str, float]] = field(default_factory=list)  # (kind, seconds)
 
 
 _facts: ContextVar[RequestFacts | None] = ContextVar("citegate_request_facts", default=None)
+
+
+def note_ingested(kind: str, seconds: float) -> None:
+    """Count a stored document of this kind and the time its ingestion took."""
+    facts = _facts.get()
+    if facts is not None:
+        facts.ingested.append((kind, seconds))
 
 
 def note_upstream_request_id(request_id: str | None) -> None:
@@ -104,13 +112,13 @@ class Metrics:
             self.loop_lag.observe(max(0.0, loop.time() - asked - interval))
 
     def count_usage(self, usage: dict[str, int]) -> None:
-        for field, kind in (
+        for usage_field, kind in (
             ("input_tokens", "input"),
             ("output_tokens", "output"),
             ("cache_read_input_tokens", "cache_read"),
             ("cache_creation_input_tokens", "cache_creation"),
         ):
-            self.tokens.labels(kind).inc(usage.get(field, 0))
+            self.tokens.labels(kind).inc(usage.get(usage_field, 0))
 
     def response(self) -> Response:
         return Response(generate_latest(self.registry), media_type="text/plain; version=0.0.4")
@@ -159,6 +167,9 @@ class RequestObserver:
         method = scope["method"]
         self.metrics.requests.labels(method, template, str(status)).inc()
         self.metrics.latency.labels(method, template).observe(elapsed)
+        for kind, seconds in facts.ingested:
+            self.metrics.documents.labels(kind).inc()
+            self.metrics.ingestion.labels(kind).observe(seconds)
         state = scope.get("state", {})
         client = scope.get("client")
         request_log.info(

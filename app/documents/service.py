@@ -26,6 +26,7 @@ from app.documents.parsing import (
 )
 from app.errors import InvalidDocument, InvalidRequest, PayloadTooLarge
 from app.ids import new_id
+from app.observability import note_ingested
 from app.pagination import Page, decode_cursor, paginate
 
 log = logging.getLogger(__name__)
@@ -89,7 +90,7 @@ async def store_bytes(
         len(parsed.chunks),
         time.perf_counter() - started,
     )
-    return await _store(session, tenant_id, parsed, data, digest, fields)
+    return await _store(session, tenant_id, parsed, data, digest, fields, started)
 
 
 async def store_content(
@@ -98,11 +99,13 @@ async def store_content(
     """Store a content document: one chunk per block."""
     for block in blocks:
         encode_text(block)
+    started = time.perf_counter()
     data = content_bytes(blocks)
     digest = sha256_hex(data)
     if existing := await _find_same(session, tenant_id, "content", digest):
         return StoredDocument(existing, created=False)
-    return await _store(session, tenant_id, parse_content(blocks), data, digest, fields)
+    parsed = parse_content(blocks)
+    return await _store(session, tenant_id, parsed, data, digest, fields, started)
 
 
 def _digest_and_sniff(data: bytes) -> tuple[str, str]:
@@ -125,6 +128,7 @@ async def _store(
     data: bytes,
     digest: str,
     fields: DocumentFields,
+    started: float,
 ) -> StoredDocument:
     """Blob, document row and chunk rows in one transaction: all of them or nothing."""
     document = Document(
@@ -169,6 +173,7 @@ async def _store(
         if existing := await _find_same(session, tenant_id, parsed.kind, digest):
             return StoredDocument(existing, created=False)
         raise
+    note_ingested(parsed.kind, time.perf_counter() - started)
     return StoredDocument(document, created=True)
 
 
