@@ -118,38 +118,41 @@ def test_local_engine_command_serves_the_messages_api() -> None:
         stderr=subprocess.DEVNULL,
     )
     try:
-        sdk = anthropic.Anthropic(base_url=f"http://127.0.0.1:{port}", api_key="unused")
-        for _ in range(100):
-            try:
-                httpx.get(f"http://127.0.0.1:{port}/", timeout=1)
-                break
-            except httpx.TransportError:
-                time.sleep(0.1)
-        message = sdk.messages.create(
-            model="citegate-local-1",
-            max_tokens=200,
-            messages=[
-                {
-                    "role": "user",
-                    "content": [
-                        {
-                            "type": "document",
-                            "source": {
-                                "type": "text",
-                                "media_type": "text/plain",
-                                "data": "The grass is green. The sky is blue.",
+        with anthropic.Anthropic(base_url=f"http://127.0.0.1:{port}", api_key="unused") as sdk:
+            for _ in range(100):
+                try:
+                    httpx.get(f"http://127.0.0.1:{port}/", timeout=1)
+                    break
+                except httpx.TransportError:
+                    time.sleep(0.1)
+            message = sdk.messages.create(
+                model="citegate-local-1",
+                max_tokens=200,
+                messages=[
+                    {
+                        "role": "user",
+                        "content": [
+                            {
+                                "type": "document",
+                                "source": {
+                                    "type": "text",
+                                    "media_type": "text/plain",
+                                    "data": "The grass is green. The sky is blue.",
+                                },
+                                "citations": {"enabled": True},
                             },
-                            "citations": {"enabled": True},
-                        },
-                        {"type": "text", "text": "What color is the sky?"},
-                    ],
-                }
-            ],
-        )
-        cited = [
-            c for block in message.content if block.type == "text" for c in block.citations or []
-        ]
-        assert cited and cited[0].cited_text == "The sky is blue."
+                            {"type": "text", "text": "What color is the sky?"},
+                        ],
+                    }
+                ],
+            )
+            cited = [
+                c
+                for block in message.content
+                if block.type == "text"
+                for c in block.citations or []
+            ]
+            assert cited and cited[0].cited_text == "The sky is blue."
     finally:
         process.terminate()
         process.wait(timeout=20)
