@@ -104,6 +104,7 @@ class UnsupportedMediaType(CitegateError):
 
 # Codes for errors raised by the framework itself rather than by our services.
 _HTTP_CODES = {
+    400: "malformed_body",
     404: "not_found",
     405: "method_not_allowed",
     413: "payload_too_large",
@@ -111,11 +112,29 @@ _HTTP_CODES = {
 }
 
 
+# Our own titles: Python's status phrases change between versions (422, 413 did in 3.13).
+_TITLES = {
+    400: "Bad Request",
+    401: "Unauthorized",
+    404: "Not Found",
+    405: "Method Not Allowed",
+    409: "Conflict",
+    413: "Content Too Large",
+    415: "Unsupported Media Type",
+    422: "Unprocessable Content",
+    429: "Too Many Requests",
+    500: "Internal Server Error",
+    502: "Bad Gateway",
+    503: "Service Unavailable",
+    504: "Gateway Timeout",
+}
+
+
 def problem_body(status: int, code: str, detail: str, **extra: Any) -> dict[str, Any]:
     """An RFC 9457 problem document: type, title, status, detail, code, plus extra members."""
     return {
         "type": f"urn:citegate:problem:{code}",
-        "title": HTTPStatus(status).phrase,
+        "title": _TITLES.get(status) or HTTPStatus(status).phrase,
         "status": status,
         "detail": detail,
         "code": code,
@@ -148,9 +167,12 @@ async def _http_error(_: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, StarletteHTTPException)
     code = _HTTP_CODES.get(exc.status_code, "http_error")
     detail = exc.detail if isinstance(exc.detail, str) else HTTPStatus(exc.status_code).phrase
+    headers = dict(exc.headers or {})
     if exc.status_code == 413:
         detail = "The request body exceeds the size limit."
-    return problem_response(exc.status_code, code, detail, headers=exc.headers)
+        # The rest of the body is never read: close rather than wait for the client to send it.
+        headers["Connection"] = "close"
+    return problem_response(exc.status_code, code, detail, headers=headers)
 
 
 async def _validation_error(_: Request, exc: Exception) -> JSONResponse:

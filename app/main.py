@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -13,6 +14,7 @@ from fastapi import Depends, FastAPI
 from app.answers.service import AnswerContext
 from app.answers.sources import SourceCache
 from app.api import answers, conversations, health
+from app.api.body_limit import DeclaredLengthLimit
 from app.api.deps import require_principal
 from app.api.documents import documents_router
 from app.api.request_id import RequestIdMiddleware
@@ -51,6 +53,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             sessions=app.state.sessions,
             metrics=metrics,
         )
+        # What start-up made lives as long as the process: keep it out of every GC pass.
+        gc.freeze()
         watcher = asyncio.create_task(metrics.watch_event_loop())
         try:
             yield
@@ -71,6 +75,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.metrics = metrics
     app.state.key_limits = KeyLimits(settings)
     install_error_handlers(app)
+    app.add_middleware(DeclaredLengthLimit, settings=settings)
     app.add_middleware(RequestObserver, metrics=metrics)
     app.add_middleware(RequestIdMiddleware)  # outermost: the observer logs the request id
     app.include_router(health.router)

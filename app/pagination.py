@@ -36,7 +36,7 @@ def decode_cursor(cursor: str) -> str:
         decoded = base64.b64decode(padded, altchars=b"-_", validate=True).decode()
     except (binascii.Error, UnicodeDecodeError, ValueError) as exc:
         raise InvalidRequest("The cursor is not valid.", code="invalid_cursor") from exc
-    if not decoded.startswith(_MARK):
+    if not decoded.startswith(_MARK) or "\x00" in decoded:
         raise InvalidRequest("The cursor is not valid.", code="invalid_cursor")
     return decoded.removeprefix(_MARK)
 

@@ -5,35 +5,59 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, JsonValue, model_validator
+
+from app.documents.schemas import NO_NUL, Id
 
 
 class AnswerRequest(BaseModel):
+    """A question about `document_ids`, or a follow-up in `conversation_id` (not both)."""
+
     model_config = ConfigDict(
         extra="forbid",
         json_schema_extra={
             "examples": [
                 {"question": "What color is the grass?", "document_ids": ["doc_01jf3k2m4n5p"]}
-            ]
+            ],
+            # What the validator below enforces, for clients and schema-driven tests (null is
+            # as good as absent): a follow-up in a conversation has no documents, model or
+            # system prompt of its own; any other question has documents.
+            "if": {
+                "required": ["conversation_id"],
+                "properties": {"conversation_id": {"type": "string"}},
+            },
+            "then": {
+                "properties": {
+                    "document_ids": {"type": "null"},
+                    "model": {"type": "null"},
+                    "system": {"type": "null"},
+                }
+            },
+            "else": {
+                "required": ["document_ids"],
+                "properties": {"document_ids": {"type": "array"}},
+            },
         },
     )
 
-    question: str = Field(min_length=1, max_length=100_000, pattern=r"\S")
-    document_ids: list[Annotated[str, Field(min_length=1, max_length=100)]] | None = Field(
+    question: str = Field(
+        min_length=1,
+        max_length=100_000,
+        pattern=r"^[^\x00]*[^\s\x00][^\x00]*$",
+        description="Not blank; no NUL characters.",
+    )
+    document_ids: list[Id] | None = Field(
         default=None,
         min_length=1,
         max_length=100,
         description="The documents, in the order the model sees. Not with conversation_id.",
     )
-    conversation_id: str | None = Field(
-        default=None,
-        min_length=1,
-        max_length=100,
-        description="Ask a follow-up in this conversation, on its documents.",
+    conversation_id: Id | None = Field(
+        default=None, description="Ask a follow-up in this conversation, on its documents."
     )
-    model: str | None = Field(default=None, min_length=1, max_length=200)
+    model: str | None = Field(default=None, min_length=1, max_length=200, pattern=NO_NUL)
     max_tokens: int | None = Field(default=None, ge=1, le=128_000)
-    system: str | None = Field(default=None, min_length=1)
+    system: str | None = Field(default=None, min_length=1, pattern=NO_NUL)
     stream: bool = Field(default=False, description="Answer as server-sent events.")
 
     @model_validator(mode="after")
@@ -46,7 +70,9 @@ class AnswerRequest(BaseModel):
 
 
 class TokenCount(BaseModel):
-    input_tokens: int
+    model_config = ConfigDict(json_schema_extra={"examples": [{"input_tokens": 2095}]})
+
+    input_tokens: int = Field(ge=0, description="Input tokens the question would use upstream.")
 
 
 class Span(BaseModel):
@@ -60,6 +86,8 @@ class Span(BaseModel):
 
 
 class _Resolved(BaseModel):
+    """A citation as the upstream sent it (every field kept), resolved to a stored span."""
+
     model_config = ConfigDict(extra="allow")  # every field the upstream sent is kept
 
     cited_text: str
@@ -119,12 +147,15 @@ ResolvedCitation = Annotated[
 
 
 class Segment(BaseModel):
-    """One upstream text block; ``start``/``end`` are offsets in the answer text."""
+    """One upstream text block; `start`/`end` are offsets in the answer text."""
 
     text: str
-    start: int
-    end: int
-    citations: list[ResolvedCitation]
+    start: int = Field(description="Code point offset of the segment in the answer text.")
+    end: int = Field(description="Exclusive end offset.")
+    citations: list[ResolvedCitation] = Field(
+        description="The citations of this segment, by `type`. The upstream may add citation "
+        "types: a client should skip a type it does not know."
+    )
 
 
 class AnswerDocument(BaseModel):
@@ -145,7 +176,58 @@ class UpstreamIds(BaseModel):
     request_id: str | None
 
 
+# FastAPI drops null members from examples: these have none.
+_CITATION_EXAMPLE: dict[str, JsonValue] = {
+    "type": "page_location",
+    "cited_text": "Revenue grew 12% in the third quarter. ",
+    "document_index": 0,
+    "document_title": "Q3 report",
+    "start_page_number": 2,
+    "end_page_number": 3,
+    "document_id": "doc_01jf3k2m4n5p",
+    "span": {
+        "start_char": 1804,
+        "end_char": 1843,
+        "start_page": 2,
+        "end_page": 2,
+        "chunk_indices": [21],
+    },
+    "verified": True,
+}
+_ANSWER_EXAMPLE: dict[str, JsonValue] = {
+    "id": "ans_01jf3k4q5r6s",
+    "conversation_id": "conv_01jf3k6t7v8w",
+    "status": "completed",
+    "question": "How did revenue develop?",
+    "model": "claude-sonnet-4-5",
+    "stop_reason": "end_turn",
+    "text": "According to the report, revenue grew 12% in the third quarter.",
+    "segments": [
+        {"text": "According to the report, ", "start": 0, "end": 25, "citations": []},
+        {
+            "text": "revenue grew 12% in the third quarter.",
+            "start": 25,
+            "end": 63,
+            "citations": [_CITATION_EXAMPLE],
+        },
+    ],
+    "documents": [{"document_index": 0, "document_id": "doc_01jf3k2m4n5p", "title": "Q3 report"}],
+    "usage": {
+        "input_tokens": 2095,
+        "output_tokens": 31,
+        "cache_creation_input_tokens": 0,
+        "cache_read_input_tokens": 2048,
+    },
+    "upstream": {"message_id": "msg_01XFDUDYJgAACzvnptvVoYEL", "request_id": "req_011CV7x8y9z"},
+    "created_at": "2025-01-01T12:00:00Z",
+}
+
+
 class AnswerOut(BaseModel):
+    """A stored answer; the same on create, at the end of a stream and on read."""
+
+    model_config = ConfigDict(json_schema_extra={"examples": [_ANSWER_EXAMPLE]})
+
     id: str
     conversation_id: str | None
     status: Literal["completed", "failed", "cancelled"]
@@ -158,3 +240,52 @@ class AnswerOut(BaseModel):
     usage: AnswerUsage
     upstream: UpstreamIds
     created_at: datetime
+
+
+# The data of the streamed events (``"stream": true``). ``answer.done`` carries the Answer and
+# ``error`` a problem document.
+
+
+class AnswerStartedData(BaseModel):
+    """`answer.started`: the answer's id and what it is about."""
+
+    id: str
+    conversation_id: str | None
+    model: str
+    documents: list[AnswerDocument]
+
+
+class SegmentStartedData(BaseModel):
+    """`segment.started`: a new segment begins."""
+
+    segment_index: int = Field(ge=0)
+
+
+class TextDeltaData(BaseModel):
+    """`text.delta`: text to append to the segment."""
+
+    segment_index: int = Field(ge=0)
+    text: str
+
+
+class CitationData(BaseModel):
+    """`citation`: a citation of the segment, resolved to a stored span."""
+
+    segment_index: int = Field(ge=0)
+    citation: ResolvedCitation
+
+
+class SegmentDoneData(BaseModel):
+    """`segment.done`: the segment is complete."""
+
+    segment_index: int = Field(ge=0)
+
+
+STREAM_EVENT_DATA: dict[str, type[BaseModel]] = {
+    "answer.started": AnswerStartedData,
+    "segment.started": SegmentStartedData,
+    "text.delta": TextDeltaData,
+    "citation": CitationData,
+    "segment.done": SegmentDoneData,
+    "answer.done": AnswerOut,
+}

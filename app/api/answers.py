@@ -3,18 +3,26 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from typing import Annotated
+from typing import Annotated, Any
 
 import orjson
-from fastapi import APIRouter, Depends, Request, Response
+from fastapi import APIRouter, Depends, Path, Request, Response
 from fastapi.responses import JSONResponse
 from sse_starlette import EventSourceResponse, ServerSentEvent
 
 from app.answers import service
-from app.answers.schemas import AnswerOut, AnswerRequest, TokenCount
+from app.answers.schemas import STREAM_EVENT_DATA, AnswerOut, AnswerRequest, TokenCount
 from app.answers.streaming import Event
 from app.api.deps import PrincipalDep, SessionDep, TenantDep
-from app.api.problems import problems
+from app.api.problems import (
+    AUTH_PROBLEMS,
+    BODY_PROBLEMS,
+    PROBLEM_REF,
+    UPSTREAM_PROBLEMS,
+    links,
+    problems,
+)
+from app.documents.schemas import NO_NUL
 
 
 def _context(request: Request) -> service.AnswerContext:
@@ -23,8 +31,66 @@ def _context(request: Request) -> service.AnswerContext:
 
 
 ContextDep = Annotated[service.AnswerContext, Depends(_context)]
-router = APIRouter(prefix="/v1/answers", tags=["answers"])
-_UPSTREAM_PROBLEMS = problems(404, 413, 422, 429, 502, 503, 504)
+AnswerId = Annotated[str, Path(pattern=NO_NUL, description="The answer's id, `ans_…`.")]
+router = APIRouter(prefix="/v1/answers", tags=["answers"], responses=problems(*AUTH_PROBLEMS))
+
+_COMPONENTS = "#/components/schemas/"
+_EVENTS = {
+    "answer.started": "the answer's id, conversation, model and documents",
+    "segment.started": "a segment (an upstream text block) begins",
+    "text.delta": "text to append to the segment",
+    "citation": "a citation of the segment, resolved to a stored span",
+    "segment.done": "the segment is complete",
+    "answer.done": "the whole Answer, stored, as getAnswer returns it",
+    "error": "a problem document; the stream ends after it, and the answer is stored as failed",
+}
+
+
+def _data_schema(event: str) -> dict[str, Any]:
+    """The schema of an event's JSON data, referring to components for the models in it."""
+    if event == "error":
+        return {"$ref": PROBLEM_REF}
+    model = STREAM_EVENT_DATA[event]
+    if model is AnswerOut:
+        return {"$ref": _COMPONENTS + "AnswerOut"}
+    schema = model.model_json_schema(ref_template=_COMPONENTS + "{model}", mode="serialization")
+    # The models it refers to are parts of the Answer, so components already.
+    answer_models = AnswerOut.model_json_schema(mode="serialization")["$defs"]
+    if unknown := set(schema.pop("$defs", {})) - set(answer_models):
+        raise RuntimeError(f"{event} data refers to {sorted(unknown)}, not parts of AnswerOut")
+    return schema
+
+
+def _event_stream_schema() -> dict[str, Any]:
+    """One server-sent event: its name and its JSON data (``contentSchema``)."""
+    return {
+        "oneOf": [
+            {
+                "type": "object",
+                "title": f"{event} event",
+                "description": description,
+                "properties": {
+                    "event": {"const": event},
+                    "data": {
+                        "type": "string",
+                        "contentMediaType": "application/json",
+                        "contentSchema": _data_schema(event),
+                    },
+                },
+                "required": ["event", "data"],
+            }
+            for event, description in _EVENTS.items()
+        ]
+    }
+
+
+_STREAM_DESCRIPTION = (
+    'The Answer, stored. With `"stream": true`, server-sent events instead '
+    "(`text/event-stream`; the schema describes one event, its `data` is JSON): "
+    + "; ".join(f"`{event}`: {description}" for event, description in _EVENTS.items())
+    + ". `segment.started`, `text.delta`, `citation` and `segment.done` repeat for each "
+    "segment, in order. Comment lines keep the connection alive."
+)
 
 
 @router.post(
@@ -32,7 +98,14 @@ _UPSTREAM_PROBLEMS = problems(404, 413, 422, 429, 502, 503, 504)
     operation_id="createAnswer",
     summary="Ask a question about documents; every citation resolved to a stored span",
     response_model=AnswerOut,
-    responses=_UPSTREAM_PROBLEMS,
+    response_description=_STREAM_DESCRIPTION,
+    responses={
+        200: {
+            "content": {"text/event-stream": {"schema": _event_stream_schema()}},
+            "links": links("answer_id", "getAnswer"),
+        },
+        **problems(*BODY_PROBLEMS, 404, 409, *UPSTREAM_PROBLEMS),
+    },
 )
 async def create_answer(
     body: AnswerRequest, session: SessionDep, principal: PrincipalDep, context: ContextDep
@@ -58,7 +131,7 @@ async def _server_sent(events: AsyncIterator[Event]) -> AsyncIterator[ServerSent
     operation_id="countAnswerTokens",
     summary="Count the input tokens a question would use",
     response_model=TokenCount,
-    responses=_UPSTREAM_PROBLEMS,
+    responses=problems(*BODY_PROBLEMS, 404, *UPSTREAM_PROBLEMS),
 )
 async def count_answer_tokens(
     body: AnswerRequest, session: SessionDep, principal: PrincipalDep, context: ContextDep
@@ -71,9 +144,11 @@ async def count_answer_tokens(
     operation_id="getAnswer",
     summary="Get a stored answer",
     response_model=AnswerOut,
-    responses=problems(404),
+    responses=problems(404, 422),
 )
-async def get_answer(answer_id: str, session: SessionDep, tenant_id: TenantDep) -> JSONResponse:
+async def get_answer(
+    answer_id: AnswerId, session: SessionDep, tenant_id: TenantDep
+) -> JSONResponse:
     return JSONResponse(
         service.answer_payload(await service.get_answer(session, tenant_id, answer_id))
     )

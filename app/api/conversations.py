@@ -2,17 +2,26 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Response, status
+from typing import Annotated
+
+from fastapi import APIRouter, Path, Response, status
+from fastapi.responses import JSONResponse
 
 from app.answers.service import answer_payload
 from app.api.answers import ContextDep
 from app.api.deps import DEFAULT_LIMIT, CursorQuery, LimitQuery, SessionDep, TenantDep
-from app.api.problems import problems
+from app.api.problems import AUTH_PROBLEMS, BODY_PROBLEMS, ProblemResponse, links, problems
 from app.conversations import service
 from app.conversations.schemas import ConversationOut, ConversationPage, ConversationRequest
 from app.db.models import Conversation
+from app.documents.schemas import NO_NUL
 
-router = APIRouter(prefix="/v1/conversations", tags=["conversations"])
+ConversationId = Annotated[
+    str, Path(pattern=NO_NUL, description="The conversation's id, `conv_…`.")
+]
+router = APIRouter(
+    prefix="/v1/conversations", tags=["conversations"], responses=problems(*AUTH_PROBLEMS)
+)
 
 
 def _documents(
@@ -25,10 +34,9 @@ def _documents(
 
 
 def conversation_out(
-    conversation: Conversation,
-    documents: list[dict[str, object]],
-    answers: list[dict[str, object]] | None = None,
+    conversation: Conversation, documents: list[dict[str, object]]
 ) -> ConversationOut:
+    """The conversation without its answers (which only getConversation shows)."""
     return ConversationOut.model_validate(
         {
             "id": conversation.id,
@@ -37,7 +45,6 @@ def conversation_out(
             "model": conversation.model,
             "documents": documents,
             "created_at": conversation.created_at,
-            "answers": answers,
         }
     )
 
@@ -48,7 +55,10 @@ def conversation_out(
     summary="Start a conversation on fixed documents",
     status_code=status.HTTP_201_CREATED,
     response_model=ConversationOut,
-    responses=problems(404, 422),
+    responses={
+        201: {"links": links("conversation_id", "getConversation", "deleteConversation")},
+        **problems(*BODY_PROBLEMS, 404),
+    },
 )
 async def create_conversation(
     body: ConversationRequest, session: SessionDep, tenant_id: TenantDep, context: ContextDep
@@ -84,15 +94,18 @@ async def list_conversations(
     operation_id="getConversation",
     summary="Get a conversation with its answers in order",
     response_model=ConversationOut,
-    responses=problems(404),
+    responses=problems(404, 422),
 )
 async def get_conversation(
-    conversation_id: str, session: SessionDep, tenant_id: TenantDep
-) -> ConversationOut:
+    conversation_id: ConversationId, session: SessionDep, tenant_id: TenantDep
+) -> JSONResponse:
     conversation = await service.get_conversation(session, tenant_id, conversation_id)
     answers = await service.answers_of(session, conversation.id)
     documents = answers[0].documents if answers else _documents(conversation, {})
-    return conversation_out(conversation, documents, [answer_payload(a) for a in answers])
+    body = conversation_out(conversation, documents).model_dump(mode="json")
+    # The answers as stored, like getAnswer: not validated against today's citation types.
+    body["answers"] = [answer_payload(answer) for answer in answers]
+    return JSONResponse(body)
 
 
 @router.delete(
@@ -100,11 +113,12 @@ async def get_conversation(
     operation_id="deleteConversation",
     summary="Delete a conversation and its answers",
     status_code=status.HTTP_204_NO_CONTENT,
-    response_class=Response,
-    responses=problems(404),
+    response_class=ProblemResponse,  # every body it sends is a problem: see app.api.problems
+    response_description="Deleted.",
+    responses=problems(*AUTH_PROBLEMS, 404, 422, model=True),
 )
 async def delete_conversation(
-    conversation_id: str, session: SessionDep, tenant_id: TenantDep
+    conversation_id: ConversationId, session: SessionDep, tenant_id: TenantDep
 ) -> Response:
     await service.delete_conversation(session, tenant_id, conversation_id)
     return Response(status_code=status.HTTP_204_NO_CONTENT)

@@ -3,30 +3,53 @@
 from __future__ import annotations
 
 from pathlib import PurePosixPath, PureWindowsPath
-from typing import Annotated
+from typing import Annotated, Any
 from urllib.parse import quote
 
-from fastapi import APIRouter, Depends, File, Form, Request, Response, UploadFile, status
+from fastapi import APIRouter, Depends, File, Path, Request, Response, status
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
+from app.api.body_limit import body_limits
 from app.api.deps import DEFAULT_LIMIT, CursorQuery, LimitQuery, SessionDep, TenantDep
-from app.api.problems import problems
+from app.api.problems import AUTH_PROBLEMS, BODY_PROBLEMS, ProblemResponse, links, problems
 from app.db.models import Document, DocumentChunk
 from app.documents import service
 from app.documents.schemas import (
+    NO_NUL,
     Base64PdfSource,
     ChunkOut,
     ChunkPage,
-    Context,
     CreateDocumentRequest,
     DocumentOut,
     DocumentPage,
+    DocumentUpload,
     TextSource,
-    Title,
 )
 from app.errors import PayloadTooLarge
-from app.settings import MIB, Settings
+from app.settings import Settings
+
+DocumentId = Annotated[str, Path(pattern=NO_NUL, description="The document's id, `doc_…`.")]
+_DOCUMENT_LINKS = links(
+    "document_id", "getDocument", "getDocumentContent", "listDocumentChunks", "deleteDocument"
+)
+_STORED: dict[int | str, dict[str, Any]] = {
+    201: {
+        "headers": {
+            "Location": {
+                "description": "The new document's URL path.",
+                "schema": {"type": "string"},
+            }
+        },
+        "links": _DOCUMENT_LINKS,
+    },
+    200: {
+        "model": DocumentOut,
+        "description": "The same bytes were stored before: that document.",
+        "links": _DOCUMENT_LINKS,
+    },
+}
+_CONTENT_BLOCK_REF = "#/components/schemas/ContentBlock"
 
 
 def document_out(document: Document) -> DocumentOut:
@@ -93,12 +116,11 @@ async def _refuse_empty_form_fields(request: Request) -> None:
 
 def documents_router(settings: Settings) -> APIRouter:
     """The routes under /v1/documents; body limits follow the configured document size."""
-    router = APIRouter(prefix="/v1/documents", tags=["documents"])
+    router = APIRouter(
+        prefix="/v1/documents", tags=["documents"], responses=problems(*AUTH_PROBLEMS)
+    )
     max_bytes = settings.max_document_bytes
-    # Multipart framing and form fields need a little room beside the file itself; base64
-    # makes a PDF a third larger.
-    upload_limit = max_bytes + MIB
-    json_limit = -(-max_bytes * 4 // 3) + MIB
+    upload_limit, json_limit = body_limits(settings)
 
     @router.post(
         "/upload",
@@ -106,20 +128,15 @@ def documents_router(settings: Settings) -> APIRouter:
         summary="Upload a PDF or UTF-8 text file",
         status_code=status.HTTP_201_CREATED,
         response_model=DocumentOut,
-        responses={
-            200: {"model": DocumentOut, "description": "The same bytes were stored before."},
-            **problems(404, 413, 415, 422),
-        },
+        response_description="The document, stored.",
+        responses={**_STORED, **problems(*BODY_PROBLEMS, 413, 415)},
         max_body_size=upload_limit,
         dependencies=[Depends(_refuse_empty_form_fields)],
     )
     async def upload_document(
-        session: SessionDep,
-        tenant_id: TenantDep,
-        file: Annotated[UploadFile, File(description="The document: PDF or UTF-8 text.")],
-        title: Annotated[Title | None, Form()] = None,
-        context: Annotated[Context | None, Form()] = None,
+        session: SessionDep, tenant_id: TenantDep, form: Annotated[DocumentUpload, File()]
     ) -> JSONResponse:
+        file, title, context = form.file, form.title, form.context
         if file.size is not None and file.size > max_bytes:
             await file.close()
             raise PayloadTooLarge(f"The document exceeds the limit of {max_bytes} bytes.")
@@ -144,10 +161,8 @@ def documents_router(settings: Settings) -> APIRouter:
         summary="Create a document from a Messages API document block",
         status_code=status.HTTP_201_CREATED,
         response_model=DocumentOut,
-        responses={
-            200: {"model": DocumentOut, "description": "The same bytes were stored before."},
-            **problems(413, 415, 422),
-        },
+        response_description="The document, stored.",
+        responses={**_STORED, **problems(*BODY_PROBLEMS, 413, 415)},
         max_body_size=json_limit,
     )
     async def create_document(
@@ -195,10 +210,10 @@ def documents_router(settings: Settings) -> APIRouter:
         operation_id="getDocument",
         summary="Get a document",
         response_model=DocumentOut,
-        responses=problems(404),
+        responses=problems(404, 422),
     )
     async def get_document(
-        document_id: str, session: SessionDep, tenant_id: TenantDep
+        document_id: DocumentId, session: SessionDep, tenant_id: TenantDep
     ) -> DocumentOut:
         return document_out(await service.get_document(session, tenant_id, document_id))
 
@@ -209,18 +224,21 @@ def documents_router(settings: Settings) -> APIRouter:
         response_class=Response,
         responses={
             200: {
-                "description": "The original bytes, with their media type.",
+                "description": "The original bytes, with their media type: the PDF, the text "
+                "(UTF-8), or for a content document its blocks as JSON.",
                 "content": {
                     "application/pdf": {"schema": {"type": "string", "format": "binary"}},
                     "text/plain": {"schema": {"type": "string"}},
-                    "application/json": {"schema": {"type": "array", "items": {}}},
+                    "application/json": {
+                        "schema": {"type": "array", "items": {"$ref": _CONTENT_BLOCK_REF}}
+                    },
                 },
             },
-            **problems(404),
+            **problems(404, 422),
         },
     )
     async def get_document_content(
-        document_id: str, session: SessionDep, tenant_id: TenantDep
+        document_id: DocumentId, session: SessionDep, tenant_id: TenantDep
     ) -> Response:
         document, data = await service.get_content(session, tenant_id, document_id)
         media_type = document.media_type
@@ -239,7 +257,7 @@ def documents_router(settings: Settings) -> APIRouter:
         responses=problems(404, 422),
     )
     async def list_document_chunks(
-        document_id: str,
+        document_id: DocumentId,
         session: SessionDep,
         tenant_id: TenantDep,
         limit: LimitQuery = DEFAULT_LIMIT,
@@ -253,11 +271,12 @@ def documents_router(settings: Settings) -> APIRouter:
         operation_id="deleteDocument",
         summary="Delete a document, its bytes and its index",
         status_code=status.HTTP_204_NO_CONTENT,
-        response_class=Response,
-        responses=problems(404),
+        response_class=ProblemResponse,  # every body it sends is a problem: see app.api.problems
+        response_description="Deleted.",
+        responses=problems(*AUTH_PROBLEMS, 404, 422, model=True),
     )
     async def delete_document(
-        document_id: str, session: SessionDep, tenant_id: TenantDep
+        document_id: DocumentId, session: SessionDep, tenant_id: TenantDep
     ) -> Response:
         await service.delete_document(session, tenant_id, document_id)
         return Response(status_code=status.HTTP_204_NO_CONTENT)

@@ -1,13 +1,234 @@
-"""OpenAPI declarations of the problem+json answers a route can give."""
+"""The problem+json document, and the OpenAPI declarations of the errors a route can give.
+
+Every error is rendered by ``app.errors`` as an RFC 9457 problem document; ``Problem`` is its
+schema, published as the ``Problem`` component. ``problems(404, 422)`` declares those statuses
+with that schema, a description and an example, for a route's ``responses``.
+
+The component is registered by the routes whose every body is a problem document (the
+``204 No Content`` deletes, with ``response_class=ProblemResponse`` and ``model=True``): FastAPI
+puts the ``model`` of a route's additional responses under the media type of the route's
+response class, so only there can a model be declared under ``application/problem+json``.
+Other routes refer to the component; tests/e2e/test_openapi.py checks that every reference
+resolves.
+"""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
-from app.errors import PROBLEM_MEDIA_TYPE
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic.json_schema import SkipJsonSchema
 
-_PROBLEM = {"content": {PROBLEM_MEDIA_TYPE: {}}, "description": "Problem document"}
+from app.errors import PROBLEM_MEDIA_TYPE, problem_body
+
+PROBLEM_REF = "#/components/schemas/Problem"
 
 
-def problems(*statuses: int) -> dict[int | str, dict[str, Any]]:
-    return {status: _PROBLEM for status in statuses}
+class FieldError(BaseModel):
+    """One field of the request that is missing or invalid."""
+
+    loc: list[str | int] = Field(
+        description="Where: `body`, `query`, `path` or `header`, then the field's path.",
+        examples=[["body", "question"]],
+    )
+    msg: str = Field(examples=["String should have at least 1 character"])
+    type: str = Field(description="A stable machine name.", examples=["string_too_short"])
+
+
+class Problem(BaseModel):
+    """An RFC 9457 problem document: every error Citegate answers, with a stable `code`."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                problem_body(404, "document_not_found", "No document with id 'doc_01jf3k2m4n5p'.")
+            ]
+        }
+    )
+
+    type: str = Field(
+        description="A URI naming the kind of problem: `urn:citegate:problem:<code>`.",
+        examples=["urn:citegate:problem:document_not_found"],
+    )
+    title: str = Field(description="The HTTP status phrase.", examples=["Not Found"])
+    status: int = Field(ge=100, le=599, description="The HTTP status code.", examples=[404])
+    detail: str = Field(description="What went wrong, for a person to read.")
+    code: str = Field(
+        pattern=r"^[a-z][a-z0-9_]*$",
+        description="A stable snake_case machine name, e.g. `document_not_found`.",
+        examples=["document_not_found"],
+    )
+    errors: list[FieldError] | SkipJsonSchema[None] = Field(
+        default=None, description="The invalid fields, for `validation_error`."
+    )
+    upstream_request_id: str | None = Field(
+        default=None,
+        description="The upstream API's request id, on errors of the upstream (when known).",
+    )
+    retry_after: Annotated[int, Field(ge=0)] | SkipJsonSchema[None] = Field(
+        default=None,
+        description="Seconds to wait before retrying, as the `Retry-After` header says.",
+    )
+
+
+class ProblemResponse(JSONResponse):
+    """The response class of routes whose every body is a problem document (204 routes)."""
+
+    media_type = PROBLEM_MEDIA_TYPE
+
+
+def _example(status: int, code: str, detail: str, **extra: Any) -> dict[str, Any]:
+    return problem_body(status, code, detail, **extra)
+
+
+_RETRY_AFTER = {
+    "Retry-After": {
+        "description": "Seconds to wait before retrying.",
+        "schema": {"type": "integer", "minimum": 0},
+    }
+}
+
+_DECLARATIONS: dict[int, tuple[str, dict[str, Any], dict[str, Any]]] = {
+    # status: (description, example, headers)
+    400: (
+        "The body cannot be parsed: JSON that is not UTF-8, or a broken multipart form.",
+        _example(400, "malformed_body", "There was an error parsing the body"),
+        {},
+    ),
+    401: (
+        "No API key, or one that is malformed, unknown or revoked.",
+        _example(401, "unauthorized", "A valid API key is required: Authorization: Bearer <key>."),
+        {
+            "WWW-Authenticate": {
+                "description": "`Bearer`: how to authenticate.",
+                "schema": {"type": "string"},
+            }
+        },
+    ),
+    404: (
+        "No such resource for this tenant (another tenant's id answers the same).",
+        _example(404, "document_not_found", "No document with id 'doc_01jf3k2m4n5p'."),
+        {},
+    ),
+    409: (
+        "The conversation is answering another follow-up; ask again when it is done.",
+        _example(
+            409,
+            "conversation_busy",
+            "The conversation is answering another follow-up; ask again when it is done.",
+        ),
+        {},
+    ),
+    413: (
+        "The body or the document is larger than the limit.",
+        _example(413, "payload_too_large", "The document exceeds the limit of 33554432 bytes."),
+        {},
+    ),
+    415: (
+        "The document is neither a PDF nor UTF-8 text.",
+        _example(
+            415,
+            "unsupported_media_type",
+            "Only PDF and UTF-8 plain text documents are supported.",
+        ),
+        {},
+    ),
+    422: (
+        "The request is invalid (`validation_error` lists the fields in `errors`) or cannot "
+        "be honoured (e.g. `pdf_encrypted`, `invalid_cursor`).",
+        _example(
+            422,
+            "validation_error",
+            "The request is not valid; see errors.",
+            errors=[
+                {
+                    "loc": ["body", "question"],
+                    "msg": "String should have at least 1 character",
+                    "type": "string_too_short",
+                }
+            ],
+        ),
+        {},
+    ),
+    429: (
+        "The API key's request or token limit is reached; retry after `retry_after` seconds.",
+        _example(
+            429, "rate_limited", "More than 60 requests in a minute with this key.", retry_after=17
+        ),
+        _RETRY_AFTER,
+    ),
+    502: (
+        "The upstream API failed or answered something that is not a valid message.",
+        _example(
+            502,
+            "upstream_unavailable",
+            "The upstream API is unavailable.",
+            upstream_request_id="req_011CV7x8y9z",
+        ),
+        {},
+    ),
+    503: (
+        "The upstream API is rate limiting or overloaded; retry after `retry_after` seconds.",
+        _example(
+            503,
+            "upstream_overloaded",
+            "The upstream API is overloaded; retry later.",
+            upstream_request_id="req_011CV7x8y9z",
+            retry_after=1,
+        ),
+        _RETRY_AFTER,
+    ),
+    504: (
+        "The upstream API did not answer in time.",
+        _example(
+            504,
+            "upstream_timeout",
+            "The upstream API did not answer in time.",
+            upstream_request_id=None,
+        ),
+        {},
+    ),
+}
+
+# What the auth dependency of every /v1 route can answer.
+AUTH_PROBLEMS = (401, 429)
+# What a route with a request body can answer before it reads the body's fields.
+BODY_PROBLEMS = (400, 422)
+# What a call to the upstream can add.
+UPSTREAM_PROBLEMS = (413, 502, 503, 504)
+
+
+def links(parameter: str, *operation_ids: str) -> dict[str, dict[str, Any]]:
+    """OpenAPI links: the operations that take the `id` of this response as ``parameter``."""
+    return {
+        operation_id: {
+            "operationId": operation_id,
+            "parameters": {parameter: "$response.body#/id"},
+        }
+        for operation_id in operation_ids
+    }
+
+
+def problems(*statuses: int, model: bool = False) -> dict[int | str, dict[str, Any]]:
+    """``responses`` entries for these error statuses: problem+json with the Problem schema.
+
+    ``model=True`` declares ``Problem`` as the model, which registers the component; only for
+    routes whose response class is ``ProblemResponse`` (see the module docstring).
+    """
+    declared: dict[int | str, dict[str, Any]] = {}
+    for status in sorted(set(statuses)):
+        description, example, headers = _DECLARATIONS[status]
+        media: dict[str, Any] = {"example": example}
+        if not model:
+            media["schema"] = {"$ref": PROBLEM_REF}
+        response: dict[str, Any] = {
+            "description": description,
+            "content": {PROBLEM_MEDIA_TYPE: media},
+        }
+        if model:
+            response["model"] = Problem
+        if headers:
+            response["headers"] = headers
+        declared[status] = response
+    return declared

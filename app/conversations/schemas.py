@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from app.answers.schemas import AnswerDocument, AnswerOut
+from app.documents.schemas import NO_NUL, Id
 
 
 class ConversationRequest(BaseModel):
@@ -18,15 +18,39 @@ class ConversationRequest(BaseModel):
         },
     )
 
-    document_ids: list[Annotated[str, Field(min_length=1, max_length=100)]] = Field(
+    document_ids: list[Id] = Field(
         min_length=1, max_length=100, description="Fixed for every turn, in this order."
     )
-    system: str | None = Field(default=None, min_length=1)
-    model: str | None = Field(default=None, min_length=1, max_length=200)
-    title: str | None = Field(default=None, min_length=1, max_length=500)
+    system: str | None = Field(default=None, min_length=1, pattern=NO_NUL)
+    model: str | None = Field(default=None, min_length=1, max_length=200, pattern=NO_NUL)
+    title: str | None = Field(default=None, min_length=1, max_length=500, pattern=NO_NUL)
 
 
 class ConversationOut(BaseModel):
+    """A conversation: fixed documents, model and system prompt; its turns are answers."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {
+                    "id": "conv_01jf3k6t7v8w",
+                    "title": "Q3 report questions",
+                    "system": "Answer in one sentence.",
+                    "model": "claude-sonnet-4-5",
+                    "documents": [
+                        {
+                            "document_index": 0,
+                            "document_id": "doc_01jf3k2m4n5p",
+                            "title": "Q3 report",
+                        }
+                    ],
+                    "created_at": "2025-01-01T12:00:00Z",
+                    "answers": [],
+                }
+            ]
+        }
+    )
+
     id: str
     title: str | None
     system: str | None
@@ -39,5 +63,9 @@ class ConversationOut(BaseModel):
 
 
 class ConversationPage(BaseModel):
+    """A page of conversations, newest first (without their answers)."""
+
     data: list[ConversationOut]
-    next_cursor: str | None
+    next_cursor: str | None = Field(
+        description="`cursor` for the next page; null on the last page."
+    )

@@ -5,11 +5,23 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
+from fastapi import UploadFile
 from pydantic import BaseModel, ConfigDict, Field
+from pydantic.json_schema import SkipJsonSchema
 
-Title = Annotated[str, Field(min_length=1, max_length=500, description="1 to 500 characters.")]
+# PostgreSQL text cannot hold NUL: every string that is stored or looked up refuses it here,
+# as a validation error, rather than failing in the database.
+NO_NUL = r"^[^\x00]*$"
+Id = Annotated[str, Field(min_length=1, max_length=100, pattern=NO_NUL)]
+Title = Annotated[
+    str,
+    Field(min_length=1, max_length=500, pattern=NO_NUL, description="1 to 500 characters."),
+]
 Context = Annotated[
-    str, Field(min_length=1, description="Metadata sent with the document; never cited.")
+    str,
+    Field(
+        min_length=1, pattern=NO_NUL, description="Metadata sent with the document; never cited."
+    ),
 ]
 
 
@@ -75,8 +87,43 @@ class CreateDocumentRequest(BaseModel):
     metadata: dict[str, Any] = Field(default_factory=dict)
 
 
+class DocumentUpload(BaseModel):
+    """The multipart form of `uploadDocument`."""
+
+    file: UploadFile = Field(
+        description="The document: PDF or UTF-8 text (the type is read from the bytes).",
+        json_schema_extra={"format": "binary"},
+    )
+    title: Title | SkipJsonSchema[None] = None
+    context: Context | SkipJsonSchema[None] = None
+
+
 class DocumentOut(BaseModel):
     """A stored document. Immutable once created."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {
+                    "id": "doc_01jf3k2m4n5p",
+                    "kind": "pdf",
+                    "media_type": "application/pdf",
+                    "title": "Q3 report",
+                    "context": "Internal; figures unaudited.",
+                    "metadata": {"team": "finance"},
+                    "filename": "q3-report.pdf",
+                    "sha256": "9f2c4a7e1b3d5f6a8c0e2b4d6f8a0c2e4b6d8f0a2c4e6b8d0f2a4c6e8b0d2f4a",
+                    "size_bytes": 482113,
+                    "page_count": 4,
+                    "char_count": 14633,
+                    "chunk_count": 120,
+                    "citable": True,
+                    "warnings": [],
+                    "created_at": "2025-01-01T12:00:00Z",
+                }
+            ]
+        }
+    )
 
     id: str = Field(examples=["doc_01jf3k2m4n5p6q7r8s9t0v1w2x"])
     kind: Literal["text", "pdf", "content"]
@@ -106,11 +153,18 @@ class ChunkOut(BaseModel):
     block_index: int | None = Field(description="0-based block of a content chunk.")
 
 
+_NEXT_CURSOR = "`cursor` for the next page; null on the last page."
+
+
 class DocumentPage(BaseModel):
+    """A page of documents, newest first."""
+
     data: list[DocumentOut]
-    next_cursor: str | None
+    next_cursor: str | None = Field(description=_NEXT_CURSOR)
 
 
 class ChunkPage(BaseModel):
+    """A page of a document's chunks, in order."""
+
     data: list[ChunkOut]
-    next_cursor: str | None
+    next_cursor: str | None = Field(description=_NEXT_CURSOR)

@@ -1,0 +1,341 @@
+"""The OpenAPI document: committed as openapi.json, served at /openapi.json, and complete
+enough for generated clients: operation ids, typed problems, the citation union, the stream."""
+
+from __future__ import annotations
+
+import difflib
+import json
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import httpx_sse
+import jsonschema_rs
+import pytest
+from pydantic import ValidationError
+
+from app.answers.schemas import AnswerRequest
+from app.openapi import COMMAND, DEFAULT_PATH, document, render
+from app.settings import Settings
+from tests.conftest import behind
+from tests.fake_upstream import GRASS, FakeUpstream, Reply, message, sse_message
+
+PROBLEM_MEDIA_TYPE = "application/problem+json"
+PROBLEM_REF = "#/components/schemas/Problem"
+
+# API.md: (method, path) -> operationId.
+CONTRACT = {
+    ("post", "/v1/documents/upload"): "uploadDocument",
+    ("post", "/v1/documents"): "createDocument",
+    ("get", "/v1/documents"): "listDocuments",
+    ("get", "/v1/documents/{document_id}"): "getDocument",
+    ("get", "/v1/documents/{document_id}/content"): "getDocumentContent",
+    ("get", "/v1/documents/{document_id}/chunks"): "listDocumentChunks",
+    ("delete", "/v1/documents/{document_id}"): "deleteDocument",
+    ("post", "/v1/answers"): "createAnswer",
+    ("get", "/v1/answers/{answer_id}"): "getAnswer",
+    ("post", "/v1/answers/count-tokens"): "countAnswerTokens",
+    ("post", "/v1/conversations"): "createConversation",
+    ("get", "/v1/conversations/{conversation_id}"): "getConversation",
+    ("get", "/v1/conversations"): "listConversations",
+    ("delete", "/v1/conversations/{conversation_id}"): "deleteConversation",
+    ("get", "/healthz"): "getHealth",
+    ("get", "/readyz"): "getReadiness",
+}
+UPSTREAM_OPERATIONS = {"createAnswer", "countAnswerTokens"}
+STREAM_EVENTS = {
+    "answer.started",
+    "segment.started",
+    "text.delta",
+    "citation",
+    "segment.done",
+    "answer.done",
+    "error",
+}
+
+
+@pytest.fixture(scope="module")
+def spec() -> dict[str, Any]:
+    return document()
+
+
+def operations(spec: dict[str, Any]) -> Iterator[tuple[str, str, dict[str, Any]]]:
+    for path, item in spec["paths"].items():
+        for method, operation in item.items():
+            yield method, path, operation
+
+
+def validator(spec: dict[str, Any], schema: dict[str, Any]) -> jsonschema_rs.Validator:
+    """A JSON Schema validator for a schema of the document, its $refs resolved in it."""
+    return jsonschema_rs.Draft202012Validator(
+        {"components": spec["components"], **schema}, validate_formats=True
+    )
+
+
+def test_committed_openapi_json_is_current() -> None:
+    committed = DEFAULT_PATH.read_text(encoding="utf-8") if DEFAULT_PATH.exists() else ""
+    current = render(document())
+    if committed != current:
+        diff = "".join(
+            list(
+                difflib.unified_diff(
+                    committed.splitlines(keepends=True),
+                    current.splitlines(keepends=True),
+                    "openapi.json (committed)",
+                    "openapi.json (the app now)",
+                )
+            )[:60]
+        )
+        pytest.fail(
+            f"{DEFAULT_PATH.name} differs from the app's OpenAPI document; regenerate it with "
+            f"`.venv/bin/{COMMAND}` and commit it.\n{diff}",
+            pytrace=False,
+        )
+
+
+def test_the_served_document_is_the_committed_one(client: httpx.Client) -> None:
+    served = client.get("/openapi.json")
+    assert served.status_code == 200
+    committed = json.loads(DEFAULT_PATH.read_text(encoding="utf-8"))
+    assert served.json() == committed, f"regenerate openapi.json: .venv/bin/{COMMAND}"
+
+
+def test_the_generator_writes_to_a_given_path(tmp_path: Path) -> None:
+    from app.openapi import main
+
+    target = tmp_path / "spec.json"
+    assert main([str(target)]) == 0
+    text = target.read_text(encoding="utf-8")
+    assert text.endswith("}\n") and json.loads(text) == document()
+    assert main(["--bogus"]) == 2
+
+
+def test_every_operation_has_its_contract_id_and_a_summary(spec: dict[str, Any]) -> None:
+    found = {(method, path): op["operationId"] for method, path, op in operations(spec)}
+    assert found == CONTRACT
+    for method, path, operation in operations(spec):
+        assert operation.get("summary"), (method, path)
+        assert operation.get("tags"), (method, path)
+
+
+def test_every_error_is_a_documented_problem(spec: dict[str, Any]) -> None:
+    for method, path, operation in operations(spec):
+        responses = operation["responses"]
+        where = f"{method.upper()} {path}"
+        errors = {int(status) for status in responses if status[0] in "45"}
+        if path.startswith("/v1/"):
+            assert {401, 429} <= errors, where  # the auth dependency
+            assert operation["security"] == [{"ApiKey": []}], where
+        has_input = bool(operation.get("parameters")) or "requestBody" in operation
+        assert (422 in errors) == has_input, where
+        assert (400 in errors) == ("requestBody" in operation), where  # an unparsable body
+        if "{" in path or operation["operationId"] in UPSTREAM_OPERATIONS | {"createConversation"}:
+            assert 404 in errors, where  # an id in the path or in the body
+        if operation["operationId"] in UPSTREAM_OPERATIONS:
+            assert {413, 502, 503, 504} <= errors, where
+        for status in errors - ({503} if path == "/readyz" else set()):
+            response = responses[str(status)]
+            assert response["description"], (where, status)
+            assert list(response["content"]) == [PROBLEM_MEDIA_TYPE], (where, status)
+            media = response["content"][PROBLEM_MEDIA_TYPE]
+            assert media["schema"] == {"$ref": PROBLEM_REF}, (where, status)
+            assert media["example"]["status"] == status, (where, status)
+        if 429 in errors:
+            assert "Retry-After" in responses["429"]["headers"], where
+    assert "HTTPValidationError" not in spec["components"]["schemas"]
+
+
+def test_the_problem_component(spec: dict[str, Any]) -> None:
+    problem = spec["components"]["schemas"]["Problem"]
+    assert set(problem["required"]) == {"type", "title", "status", "detail", "code"}
+    assert set(problem["properties"]) == {
+        "type",
+        "title",
+        "status",
+        "detail",
+        "code",
+        "errors",
+        "upstream_request_id",
+        "retry_after",
+    }
+    valid = validator(spec, {"$ref": PROBLEM_REF})
+    assert valid.is_valid(
+        {"type": "urn:citegate:problem:x", "title": "T", "status": 422, "detail": "d", "code": "x"}
+    )
+    assert not valid.is_valid({"type": "t", "title": "T", "status": 422, "detail": "d"})
+
+
+def test_citations_are_a_union_discriminated_by_type(spec: dict[str, Any]) -> None:
+    schemas = spec["components"]["schemas"]
+    citations = schemas["Segment"]["properties"]["citations"]["items"]
+    assert citations["discriminator"]["propertyName"] == "type"
+    mapping = citations["discriminator"]["mapping"]
+    assert set(mapping) == {
+        "char_location",
+        "page_location",
+        "content_block_location",
+        "search_result_location",
+        "web_search_result_location",
+    }
+    assert sorted(one["$ref"] for one in citations["oneOf"]) == sorted(mapping.values())
+    for kind, ref in mapping.items():
+        component = schemas[ref.rsplit("/", 1)[1]]
+        assert component["properties"]["type"]["const"] == kind
+        assert {"cited_text", "document_id", "span", "verified"} <= set(component["required"])
+        assert component["additionalProperties"] is True  # upstream fields are kept
+
+
+def test_create_answer_documents_json_and_the_event_stream(spec: dict[str, Any]) -> None:
+    ok = spec["paths"]["/v1/answers"]["post"]["responses"]["200"]
+    assert ok["content"]["application/json"]["schema"] == {"$ref": "#/components/schemas/AnswerOut"}
+    events = ok["content"]["text/event-stream"]["schema"]["oneOf"]
+    names = [event["properties"]["event"]["const"] for event in events]
+    assert sorted(names) == sorted(STREAM_EVENTS)
+    for name in STREAM_EVENTS:
+        assert f"`{name}`" in ok["description"]
+    data = {e["properties"]["event"]["const"]: e["properties"]["data"] for e in events}
+    assert data["answer.done"]["contentSchema"] == {"$ref": "#/components/schemas/AnswerOut"}
+    assert data["error"]["contentSchema"] == {"$ref": PROBLEM_REF}
+    assert all(d["contentMediaType"] == "application/json" for d in data.values())
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"question": "Q?", "document_ids": ["doc_a", "doc_b"]},
+        {"question": "Q?", "document_ids": ["doc_a"], "conversation_id": None},
+        {"question": "Q?", "document_ids": ["doc_a"], "model": "m", "system": "s", "stream": True},
+        {"question": "Q?", "conversation_id": "conv_a"},
+        {"question": "Q?", "conversation_id": "conv_a", "document_ids": None, "model": None},
+        {"question": "Q?", "document_ids": ["doc_a"], "conversation_id": "conv_a"},
+        {"question": "Q?"},
+        {"question": "Q?", "document_ids": None, "conversation_id": None},
+        {"question": "Q?", "conversation_id": "conv_a", "model": "m"},
+        {"question": "Q?", "conversation_id": "conv_a", "system": "s"},
+        {"question": "Q?", "document_ids": []},
+        {"question": " \n", "document_ids": ["doc_a"]},
+        {"question": "Q?", "document_ids": ["doc_a"], "temperature": 0.5},
+        {"question": "Q?", "document_ids": ["doc_a"], "max_tokens": 0},
+    ],
+)
+def test_the_answer_request_schema_accepts_what_the_server_accepts(
+    spec: dict[str, Any], body: dict[str, Any]
+) -> None:
+    try:
+        AnswerRequest.model_validate(body)
+        accepted = True
+    except ValidationError:
+        accepted = False
+    schema = {"$ref": "#/components/schemas/AnswerRequest"}
+    assert validator(spec, schema).is_valid(body) == accepted, body
+
+
+def _refs(node: Any) -> Iterator[str]:
+    if isinstance(node, dict):
+        for key, value in node.items():
+            if key == "$ref" and isinstance(value, str):
+                yield value
+            else:
+                yield from _refs(value)
+    elif isinstance(node, list):
+        for value in node:
+            yield from _refs(value)
+
+
+def test_every_reference_resolves(spec: dict[str, Any]) -> None:
+    refs = set(_refs(spec))
+    assert refs
+    for ref in refs:
+        assert ref.startswith("#/components/schemas/"), ref
+        assert ref.rsplit("/", 1)[1] in spec["components"]["schemas"], ref
+
+
+def _examples(spec: dict[str, Any]) -> Iterator[tuple[str, dict[str, Any], Any]]:
+    for name, schema in spec["components"]["schemas"].items():
+        for example in schema.get("examples", []):
+            yield name, {"$ref": f"#/components/schemas/{name}"}, example
+    for method, path, operation in operations(spec):
+        bodies = [operation.get("requestBody", {}), *operation["responses"].values()]
+        for body in bodies:
+            for media_type, media in body.get("content", {}).items():
+                if "example" in media:
+                    yield f"{method} {path} {media_type}", media["schema"], media["example"]
+
+
+def test_every_example_matches_its_schema(spec: dict[str, Any]) -> None:
+    examples = list(_examples(spec))
+    assert len(examples) >= 10
+    for where, schema, example in examples:
+        errors = [str(error) for error in validator(spec, schema).iter_errors(example)]
+        assert not errors, (where, errors)
+
+
+def test_a_streamed_answer_matches_the_documented_events(
+    client: httpx.Client, spec: dict[str, Any]
+) -> None:
+    document_id = client.post(
+        "/v1/documents",
+        json={"source": {"type": "text", "data": "The grass is green. The sky is blue."}},
+    ).json()["id"]
+    ok = spec["paths"]["/v1/answers"]["post"]["responses"]["200"]
+    events = ok["content"]["text/event-stream"]["schema"]["oneOf"]
+    data_validators = {
+        event["properties"]["event"]["const"]: validator(
+            spec, event["properties"]["data"]["contentSchema"]
+        )
+        for event in events
+    }
+    body = {"question": "What color is the grass?", "document_ids": [document_id]}
+    with httpx_sse.connect_sse(
+        client, "POST", "/v1/answers", json={**body, "stream": True}
+    ) as source:
+        assert source.response.status_code == 200
+        assert source.response.headers["content-type"].startswith("text/event-stream")
+        received = [(event.event, json.loads(event.data)) for event in source.iter_sse()]
+    names = [name for name, _ in received]
+    assert names[0] == "answer.started" and names[-1] == "answer.done", names
+    assert "citation" in names and "text.delta" in names
+    for name, data in received:
+        errors = [str(error) for error in data_validators[name].iter_errors(data)]
+        assert not errors, (name, errors)
+    answer = client.post("/v1/answers", json=body)
+    assert answer.status_code == 200
+    assert validator(spec, {"$ref": "#/components/schemas/AnswerOut"}).is_valid(answer.json())
+
+
+def test_no_description_shows_restructuredtext_markup(spec: dict[str, Any]) -> None:
+    text = json.dumps(spec)
+    assert not re.search(r"``\w", text), "descriptions are Markdown: one backtick for code"
+
+
+def test_a_new_upstream_citation_type_passes_through_every_answer_route(
+    settings: Settings, fake: FakeUpstream, client: httpx.Client
+) -> None:
+    """The schema lists the citation types of today; a new one is kept as the upstream sent
+    it, and no route validates it away (or fails on it)."""
+    future = {"type": "future_location", "cited_text": "green", "document_index": 0, "x": [1]}
+    content = [{"type": "text", "text": "The grass is green", "citations": [future]}]
+    fake.reset(Reply(body=message(content)))
+    with behind(settings, fake) as app, httpx.Client(base_url=app.base_url, timeout=30) as http:
+        document_id = http.post(
+            "/v1/documents", json={"source": {"type": "text", "data": GRASS}}
+        ).json()["id"]
+        conversation = http.post("/v1/conversations", json={"document_ids": [document_id]})
+        conversation_id = conversation.json()["id"]
+        body = {"question": "What color is the grass?", "conversation_id": conversation_id}
+        answer = http.post("/v1/answers", json=body)
+        assert answer.status_code == 200, answer.text
+        kept = {**future, "document_id": None, "span": None, "verified": False}
+        assert answer.json()["segments"][0]["citations"] == [kept]
+        stored = http.get(f"/v1/answers/{answer.json()['id']}")
+        assert stored.status_code == 200 and stored.json() == answer.json()
+        turns = http.get(f"/v1/conversations/{conversation_id}")
+        assert turns.status_code == 200, turns.text
+        assert turns.json()["answers"] == [answer.json()]
+        fake.reset(Reply(events=sse_message(content)))
+        with httpx_sse.connect_sse(http, "POST", "/v1/answers", json={**body, "stream": True}) as s:
+            events = {event.event: json.loads(event.data) for event in s.iter_sse()}
+        assert events["citation"]["citation"] == kept
+        assert events["answer.done"]["segments"][0]["citations"] == [kept]
