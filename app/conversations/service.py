@@ -11,10 +11,10 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from app.answers.sources import SourceCache, load_sources
 from app.conversations.schemas import ConversationRequest
 from app.db.models import Answer, Conversation, utcnow
-from app.db.tenancy import get_owned
+from app.db.tenancy import get_owned, list_newest
 from app.errors import Conflict
 from app.ids import new_id
-from app.pagination import Page, decode_cursor, paginate
+from app.pagination import Page
 
 
 async def create_conversation(
@@ -56,11 +56,7 @@ async def list_conversations(
     session: AsyncSession, tenant_id: str, limit: int, cursor: str | None
 ) -> Page[Conversation]:
     """Newest first."""
-    query = select(Conversation).where(Conversation.tenant_id == tenant_id)
-    if cursor is not None:
-        query = query.where(Conversation.id < decode_cursor(cursor))
-    rows = (await session.scalars(query.order_by(Conversation.id.desc()).limit(limit + 1))).all()
-    return paginate(rows, limit, key=lambda conversation: conversation.id)
+    return await list_newest(session, Conversation, tenant_id, limit, cursor)
 
 
 async def answers_of(session: AsyncSession, conversation_id: str) -> list[Answer]:

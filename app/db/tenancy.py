@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from typing import TypeVar
 
+from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.db.models import Answer, Conversation, Document
 from app.errors import NotFound
+from app.pagination import Page, decode_cursor, paginate
 
 Owned = TypeVar("Owned", Document, Answer, Conversation)
 
@@ -20,3 +22,14 @@ async def get_owned(
     if row is None or row.tenant_id != tenant_id:
         raise NotFound(f"No {what} with id {row_id!r}.", code=f"{what}_not_found")
     return row
+
+
+async def list_newest(
+    session: AsyncSession, model: type[Owned], tenant_id: str, limit: int, cursor: str | None
+) -> Page[Owned]:
+    """A page of the tenant's rows, newest first (ids are time-ordered)."""
+    query = select(model).where(model.tenant_id == tenant_id)
+    if cursor is not None:
+        query = query.where(model.id < decode_cursor(cursor))
+    rows = (await session.scalars(query.order_by(model.id.desc()).limit(limit + 1))).all()
+    return paginate(rows, limit, key=lambda row: row.id)

@@ -15,7 +15,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.db.models import Document, DocumentBlob, DocumentChunk
-from app.db.tenancy import get_owned
+from app.db.tenancy import get_owned, list_newest
 from app.documents.parsing import (
     ParsedDocument,
     content_bytes,
@@ -215,11 +215,7 @@ async def list_documents(
     session: AsyncSession, tenant_id: str, limit: int, cursor: str | None
 ) -> Page[Document]:
     """Newest first."""
-    query = select(Document).where(Document.tenant_id == tenant_id)
-    if cursor is not None:
-        query = query.where(Document.id < decode_cursor(cursor))
-    rows = (await session.scalars(query.order_by(Document.id.desc()).limit(limit + 1))).all()
-    return paginate(rows, limit, key=lambda document: document.id)
+    return await list_newest(session, Document, tenant_id, limit, cursor)
 
 
 async def get_content(
