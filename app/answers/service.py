@@ -10,7 +10,7 @@ import logging
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import anyio
@@ -26,7 +26,7 @@ from app.auth.limits import KeyLimits
 from app.conversations import service as conversations
 from app.db.models import Answer
 from app.db.tenancy import get_owned
-from app.errors import problem_of
+from app.errors import CitegateError, problem_of
 from app.ids import new_id
 from app.observability import Metrics
 from app.settings import Settings
@@ -55,6 +55,7 @@ class Prepared:
     conversation_id: str | None
     sources: list[SourceDocument]
     request: dict[str, Any]
+    claim: datetime | None = None  # the conversation's claim, released with exactly this value
 
     @property
     def documents(self) -> list[dict[str, Any]]:
@@ -70,12 +71,13 @@ async def _prepare(
 ) -> Prepared:
     """Check everything that can be checked before the upstream is called; build the request.
 
-    A follow-up (``claim``) takes its conversation until ``_release``.
+    A follow-up (``claim``) first takes its conversation, then reads its history, so that no
+    other follow-up can add a turn in between; the caller gives it back with ``_release``.
     """
     settings = context.settings
-    history: list[Turn] = []
     model, system, document_ids = body.model, body.system, body.document_ids
     conversation = None
+    claimed = None
     if body.conversation_id is not None:
         conversation = await conversations.get_conversation(
             session, tenant_id, body.conversation_id
@@ -85,34 +87,56 @@ async def _prepare(
             conversation.system,
             conversation.document_ids,
         )
-        history = [
-            Turn(answer.question, answer.segments)
-            for answer in await conversations.answers_of(session, conversation.id)
-            if answer.status == "completed"
-        ]
-    assert document_ids is not None
-    sources = await load_sources(
-        session, tenant_id, document_ids, context.sources, settings.max_pdf_pages_per_request
+        if claim:
+            claimed = await conversations.claim(session, conversation, _claim_hold(settings))
+    try:
+        history: list[Turn] = []
+        if conversation is not None:
+            history = [
+                Turn(answer.question, answer.segments)
+                for answer in await conversations.answers_of(session, conversation.id)
+                if answer.status == "completed"
+            ]
+        assert document_ids is not None
+        sources = await load_sources(
+            session, tenant_id, document_ids, context.sources, settings.max_pdf_pages_per_request
+        )
+        # End the read transaction: no connection is held while the upstream answers.
+        await session.commit()
+        request = build_message_request(
+            [source.prompt for source in sources],
+            body.question,
+            model=model or settings.default_model,
+            max_tokens=body.max_tokens or settings.max_tokens,
+            system=system or settings.system_prompt,
+            history=history,
+        )
+    except BaseException:
+        if claimed is not None and body.conversation_id is not None:
+            with anyio.CancelScope(shield=True):
+                # Give this session's connection back first: SQLite has only the one.
+                await session.rollback()
+                await conversations.release(context.sessions, body.conversation_id, claimed)
+        raise
+    return Prepared(new_id("ans"), body.question, body.conversation_id, sources, request, claimed)
+
+
+def _claim_hold(settings: Settings) -> timedelta:
+    """How long a claim lasts if its process dies: longer than any answer can take (every
+    attempt timing out, plus the retry budget), and at least 15 minutes for long streams."""
+    longest = (
+        settings.upstream_read_timeout * settings.upstream_max_attempts
+        + settings.upstream_max_retry_seconds
+        + 60
     )
-    if conversation is not None and claim:
-        hold = timedelta(seconds=settings.upstream_read_timeout + 60)
-        await conversations.claim(session, conversation, hold)
-    # End the read transaction: no connection is held while the upstream answers.
-    await session.commit()
-    request = build_message_request(
-        [source.prompt for source in sources],
-        body.question,
-        model=model or settings.default_model,
-        max_tokens=body.max_tokens or settings.max_tokens,
-        system=system or settings.system_prompt,
-        history=history,
-    )
-    return Prepared(new_id("ans"), body.question, body.conversation_id, sources, request)
+    return timedelta(seconds=max(longest, 900))
 
 
 async def _release(context: AnswerContext, prepared: Prepared) -> None:
-    if prepared.conversation_id is not None:
-        await conversations.release(context.sessions, prepared.conversation_id)
+    """Give the conversation back, shielded: a cancelled request must not keep it busy."""
+    if prepared.conversation_id is not None and prepared.claim is not None:
+        with anyio.CancelScope(shield=True):
+            await conversations.release(context.sessions, prepared.conversation_id, prepared.claim)
 
 
 async def count_tokens(
@@ -158,7 +182,7 @@ async def create_answer(
 
 async def open_stream(
     session: AsyncSession, principal: Principal, body: AnswerRequest, context: AnswerContext
-) -> AsyncIterator[Event]:
+) -> RelayedAnswer:
     """Start a streamed answer. Everything that can fail before the first event (the checks,
     the upstream's HTTP status, retries) fails here, as an ordinary error response."""
     prepared = await _prepare(session, principal.tenant_id, body, context, claim=True)
@@ -185,72 +209,100 @@ async def open_stream(
             await stack.aclose()
             await _release(context, prepared)
         raise
-    return _relay(context, principal, prepared, stack, events, answer, upstream.request_id)
+    return RelayedAnswer(context, principal, prepared, stack, events, answer, upstream.request_id)
 
 
-async def _relay(
-    context: AnswerContext,
-    principal: Principal,
-    prepared: Prepared,
-    stack: AsyncExitStack,
-    events: AsyncIterator[dict[str, Any]],
-    answer: AnswerStream,
-    request_id: str | None,
-) -> AsyncIterator[Event]:
-    """Relay the stream; store the answer as completed, failed (with what arrived) or, when
-    the client goes away, cancelled: closing the upstream response stops the upstream."""
+class RelayedAnswer:
+    """A streamed answer on its way: its events, and ``close``, which stores what arrived.
 
-    async def finish(status: str) -> Answer:
-        await stack.aclose()
-        try:
-            return await _store(
-                context,
-                principal,
-                prepared,
-                status=status,
-                content=answer.content(),
-                model=answer.model or prepared.request["model"],
-                stop_reason=answer.stop_reason,
-                usage=answer.usage,
-                message_id=answer.message_id,
-                request_id=request_id,
-            )
-        finally:
-            await _release(context, prepared)
+    ``close`` runs once, shielded from cancellation: it closes the upstream response (which
+    stops the upstream at once), stores the answer and frees the conversation. The relay calls
+    it when it ends; the response calls it again afterwards, for a stream that was never read.
+    """
 
-    failure: UpstreamError | None = None
-    try:
-        yield (
-            "answer.started",
-            {
-                "id": prepared.id,
-                "conversation_id": prepared.conversation_id,
-                "model": answer.model or prepared.request["model"],
-                "documents": prepared.documents,
-            },
-        )
-        async for event in events:
-            for relayed in answer.feed(event):
-                yield relayed
-        if not answer.finished:
-            raise UpstreamError(
-                "The upstream stream ended before the answer did.",
-                code="upstream_stream_interrupted",
-                request_id=request_id,
-            )
-    except UpstreamError as exc:
-        failure = exc
-    except BaseException:
-        # The client went away (cancelled) or stopped reading: keep what arrived.
+    def __init__(
+        self,
+        context: AnswerContext,
+        principal: Principal,
+        prepared: Prepared,
+        stack: AsyncExitStack,
+        upstream_events: AsyncIterator[dict[str, Any]],
+        answer: AnswerStream,
+        request_id: str | None,
+    ) -> None:
+        self._context = context
+        self._principal = principal
+        self._prepared = prepared
+        self._stack = stack
+        self._upstream_events = upstream_events
+        self._answer = answer
+        self._request_id = request_id
+        self._closed = False
+
+    async def close(self, status: str = "cancelled") -> Answer | None:
+        """Store what arrived with this status; None when it was closed before."""
+        if self._closed:
+            return None
+        self._closed = True
+        answer = self._answer
         with anyio.CancelScope(shield=True):
-            await finish("cancelled")
-        raise
-    stored = await finish("failed" if failure else "completed")
-    if failure is None:
-        yield ("answer.done", answer_payload(stored))
-    else:
-        log.warning("streamed answer %s failed: %s", stored.id, failure.code)
-        yield ("error", problem_of(failure))
+            try:
+                await self._stack.aclose()
+                return await _store(
+                    self._context,
+                    self._principal,
+                    self._prepared,
+                    status=status,
+                    content=answer.content(),
+                    model=answer.model or self._prepared.request["model"],
+                    stop_reason=answer.stop_reason,
+                    usage=answer.usage,
+                    message_id=answer.message_id,
+                    request_id=self._request_id,
+                )
+            finally:
+                await _release(self._context, self._prepared)
+        return None  # only when the scope swallowed a cancellation meant for it
+
+    async def events(self) -> AsyncIterator[Event]:
+        """Relay the stream; end with ``answer.done``, or ``error`` and a failed answer."""
+        prepared, answer = self._prepared, self._answer
+        failure: CitegateError | None = None
+        try:
+            yield (
+                "answer.started",
+                {
+                    "id": prepared.id,
+                    "conversation_id": prepared.conversation_id,
+                    "model": answer.model or prepared.request["model"],
+                    "documents": prepared.documents,
+                },
+            )
+            async for event in self._upstream_events:
+                for relayed in answer.feed(event):
+                    yield relayed
+            if not answer.finished:
+                raise UpstreamError(
+                    "The upstream stream ended before the answer did.",
+                    code="upstream_stream_interrupted",
+                    request_id=self._request_id,
+                )
+        except UpstreamError as exc:
+            failure = exc
+        except Exception:
+            log.exception("streamed answer %s broke", prepared.id)
+            failure = CitegateError("The answer could not be streamed.", code="internal_error")
+            failure.status = 500
+        except BaseException:
+            # The client went away (cancelled) or stopped reading: keep what arrived.
+            await self.close("cancelled")
+            raise
+        stored = await self.close("failed" if failure else "completed")
+        if failure is not None:
+            log.warning("streamed answer %s failed: %s", prepared.id, failure.code)
+            yield ("error", problem_of(failure))
+        elif stored is not None:
+            yield ("answer.done", answer_payload(stored))
 
 
 async def _store(

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from contextlib import aclosing
 from typing import Annotated, Any
 
 import orjson
 from fastapi import APIRouter, Depends, Path, Request, Response
 from fastapi.responses import JSONResponse
 from sse_starlette import EventSourceResponse, ServerSentEvent
+from starlette.background import BackgroundTask
 
 from app.answers import service
 from app.answers.schemas import STREAM_EVENT_DATA, AnswerOut, AnswerRequest, TokenCount
@@ -111,19 +113,23 @@ async def create_answer(
     body: AnswerRequest, session: SessionDep, principal: PrincipalDep, context: ContextDep
 ) -> Response:
     if body.stream:
-        events = await service.open_stream(session, principal, body, context)
+        relayed = await service.open_stream(session, principal, body, context)
         return EventSourceResponse(
-            _server_sent(events),
+            _server_sent(relayed.events()),
             ping=context.settings.sse_keepalive_seconds,
             headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
+            # Stores and frees what a stream that was never read (or cut short) still holds.
+            background=BackgroundTask(relayed.close),
         )
     answer = await service.create_answer(session, principal, body, context)
     return JSONResponse(service.answer_payload(answer))
 
 
 async def _server_sent(events: AsyncIterator[Event]) -> AsyncIterator[ServerSentEvent]:
-    async for name, data in events:
-        yield ServerSentEvent(data=orjson.dumps(data).decode(), event=name)
+    # aclosing: when this generator is closed, the relay is closed now, not at GC time.
+    async with aclosing(events):  # type: ignore[type-var]
+        async for name, data in events:
+            yield ServerSentEvent(data=orjson.dumps(data).decode(), event=name)
 
 
 @router.post(

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import delete, or_, select, update
@@ -73,20 +73,22 @@ async def delete_conversation(session: AsyncSession, tenant_id: str, conversatio
     await session.commit()
 
 
-async def claim(session: AsyncSession, conversation: Conversation, hold: timedelta) -> None:
+async def claim(session: AsyncSession, conversation: Conversation, hold: timedelta) -> datetime:
     """Take the conversation for one follow-up; a second at the same time gets 409.
 
     Two follow-ups at once would both build on the same history and store two answers to it,
-    so the rule is one at a time. The claim expires after ``hold`` in case a process dies.
+    so the rule is one at a time. The claim expires after ``hold`` in case a process dies; its
+    expiry time identifies it, so that ``release`` never frees someone else's claim.
     """
     now = utcnow()
+    until = now + hold
     result = await session.execute(
         update(Conversation)
         .where(
             Conversation.id == conversation.id,
             or_(Conversation.busy_until.is_(None), Conversation.busy_until < now),
         )
-        .values(busy_until=now + hold)
+        .values(busy_until=until)
         .execution_options(synchronize_session=False)
     )
     await session.commit()
@@ -96,11 +98,17 @@ async def claim(session: AsyncSession, conversation: Conversation, hold: timedel
             code="conversation_busy",
             headers={"Retry-After": "1"},
         )
+    return until
 
 
-async def release(sessions: async_sessionmaker[AsyncSession], conversation_id: str) -> None:
+async def release(
+    sessions: async_sessionmaker[AsyncSession], conversation_id: str, claimed: datetime
+) -> None:
+    """Free the conversation, if the claim is still the one taken."""
     async with sessions() as session:
         await session.execute(
-            update(Conversation).where(Conversation.id == conversation_id).values(busy_until=None)
+            update(Conversation)
+            .where(Conversation.id == conversation_id, Conversation.busy_until == claimed)
+            .values(busy_until=None)
         )
         await session.commit()

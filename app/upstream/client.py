@@ -191,8 +191,7 @@ class UpstreamClient:
                     request = self._http.build_request("POST", path, content=content, headers=_JSON)
                     response = await self._http.send(request, stream=stream)
                     if response.status_code in RETRYABLE_STATUSES:
-                        await response.aread()
-                        await response.aclose()
+                        await _read_and_close(response)
                         raise _RetryableStatus(response)
         except _RetryableStatus as exc:
             response = exc.response
@@ -207,15 +206,24 @@ class UpstreamClient:
             raise UpstreamError("The upstream API could not be reached.") from exc
         if response.is_success:
             return response
-        await response.aread()
-        await response.aclose()
+        await _read_and_close(response)
         raise _error_from(response)
+
+
+async def _read_and_close(response: httpx.Response) -> None:
+    """Read an error body for its message, and give the connection back whatever happens."""
+    try:
+        await response.aread()
+    finally:
+        await response.aclose()
 
 
 # The statuses behind the error types that can arrive inside a stream.
 _ERROR_STATUS = {
     "invalid_request_error": 400,
     "authentication_error": 401,
+    "billing_error": 402,
+    "not_found_error": 404,
     "permission_error": 403,
     "request_too_large": 413,
     "rate_limit_error": 429,

@@ -218,3 +218,14 @@ def test_streamed_follow_up(client: httpx.Client) -> None:
     answers = client.get(f"/v1/conversations/{conversation['id']}").json()["answers"]
     assert [a["question"] for a in answers] == ["What colour is the grass?", "And the sky?"]
     assert answers[1]["conversation_id"] == conversation["id"]
+
+
+def test_follow_up_after_a_document_was_deleted(api: httpx.Client) -> None:
+    """A failure after the conversation was claimed frees it again (no 409 afterwards)."""
+    ids = documents(api)
+    conversation = api.post("/v1/conversations", json={"document_ids": ids}).json()
+    assert api.delete(f"/v1/documents/{ids[1]}").status_code == 204
+    for _ in range(2):
+        response = follow_up(api, conversation["id"], "Still there?")
+        assert response.status_code == 404, response.text
+        assert response.json()["code"] == "document_not_found"
