@@ -184,7 +184,9 @@ def documents_router(settings: Settings) -> APIRouter:
             )
         else:
             blocks = [block.text for block in source.content]
-            stored = await service.store_content(session, tenant_id, blocks, fields)
+            stored = await service.store_content(
+                session, tenant_id, blocks, fields, max_bytes=max_bytes
+            )
         return _stored_response(stored)
 
     @router.get(

@@ -94,18 +94,29 @@ async def store_bytes(
 
 
 async def store_content(
-    session: AsyncSession, tenant_id: str, blocks: list[str], fields: DocumentFields
+    session: AsyncSession,
+    tenant_id: str,
+    blocks: list[str],
+    fields: DocumentFields,
+    *,
+    max_bytes: int,
 ) -> StoredDocument:
-    """Store a content document: one chunk per block."""
-    for block in blocks:
-        encode_text(block)
+    """Store a content document: one chunk per block. Its size is that of its stored form."""
+    if any("\x00" in block for block in blocks):
+        raise InvalidDocument("The text contains a NUL character.", code="invalid_text")
     started = time.perf_counter()
-    data = content_bytes(blocks)
-    digest = sha256_hex(data)
+    data, digest = await to_thread.run_sync(_encode_content, blocks)
+    if len(data) > max_bytes:
+        raise PayloadTooLarge(f"The document exceeds the limit of {max_bytes} bytes.")
     if existing := await _find_same(session, tenant_id, "content", digest):
         return StoredDocument(existing, created=False)
     parsed = parse_content(blocks)
     return await _store(session, tenant_id, parsed, data, digest, fields, started)
+
+
+def _encode_content(blocks: list[str]) -> tuple[bytes, str]:
+    data = content_bytes(blocks)
+    return data, sha256_hex(data)
 
 
 def _digest_and_sniff(data: bytes) -> tuple[str, str]:

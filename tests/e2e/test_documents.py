@@ -400,6 +400,11 @@ def test_document_over_the_limit(small_limit: ServedApp, database_url: str) -> N
         assert_problem(upload(http, "big.txt", big), 413, "payload_too_large")
         as_json = {"source": {"type": "text", "data": big.decode()}}
         assert_problem(http.post("/v1/documents", json=as_json), 413, "payload_too_large")
+        blocks = [{"type": "text", "text": big.decode()[:30_000]} for _ in range(3)]
+        as_content = {"source": {"type": "content", "content": blocks}}
+        before = count_rows(database_url)
+        assert_problem(http.post("/v1/documents", json=as_content), 413, "payload_too_large")
+        assert count_rows(database_url) == before
         assert upload(http, "small.txt", big[:60_000]).status_code in (200, 201)
 
         def chunked() -> Iterator[bytes]:  # no Content-Length: counted as it arrives
