@@ -156,8 +156,11 @@ def client(served: Served, database_url: str) -> Iterator[httpx.Client]:
         yield http
 
 
-def count_rows(database_url: str) -> dict[str, int]:
-    """Rows in every table that holds documents, to prove nothing was half-stored."""
+DOCUMENT_TABLES = ("documents", "document_blobs", "document_chunks")
+
+
+def count_rows(database_url: str, tables: tuple[str, ...] = DOCUMENT_TABLES) -> dict[str, int]:
+    """Rows in each table (by default those that hold documents), to prove nothing was stored."""
 
     async def count() -> dict[str, int]:
         engine = create_engine(database_url, poolclass=NullPool)
@@ -166,7 +169,7 @@ def count_rows(database_url: str) -> dict[str, int]:
                 table: (
                     await connection.execute(text(f"SELECT count(*) FROM {table}"))
                 ).scalar_one()
-                for table in ("documents", "document_blobs", "document_chunks")
+                for table in tables
             }
         await engine.dispose()
         return counts

@@ -3,7 +3,6 @@ real documents they answered: every citation must resolve to the stored span and
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import json
 from collections.abc import Iterator
@@ -12,12 +11,9 @@ from typing import Any
 import httpx
 import pytest
 from pydantic import SecretStr
-from sqlalchemy import text
-from sqlalchemy.pool import NullPool
 
-from app.db.engine import create_engine
 from app.settings import Settings
-from tests.conftest import CORPUS, FIXTURES, Served, behind
+from tests.conftest import CORPUS, FIXTURES, Served, behind, count_rows
 from tests.fake_upstream import FakeUpstream, Reply, error, message
 
 SECRET = "sk-ant-test-0123456789abcdefghijklmnop"
@@ -352,18 +348,7 @@ def test_529_until_attempts_run_out(
     body = assert_problem(ask(api, "Grass?", [document_id]), 503, "upstream_overloaded")
     assert body["upstream_request_id"] == "req_fakeerr"
     assert len(fake.requests) == 3  # upstream_max_attempts
-    assert count_rows_answers(database_url) == 0
-
-
-def count_rows_answers(database_url: str) -> int:
-    async def count() -> int:
-        engine = create_engine(database_url, poolclass=NullPool)
-        async with engine.connect() as connection:
-            value = (await connection.execute(text("SELECT count(*) FROM answers"))).scalar_one()
-        await engine.dispose()
-        return int(value)
-
-    return asyncio.run(count())
+    assert count_rows(database_url, ("answers",))["answers"] == 0
 
 
 def test_rate_limited_upstream_backs_off_then_gives_up(
@@ -414,7 +399,7 @@ def test_upstream_failures_become_our_errors(
     if code == "upstream_rejected":
         assert "prompt is too long: 250000 tokens > 200000 maximum" in body["detail"]
     assert len(fake.requests) == 1
-    assert count_rows_answers(database_url) == 0
+    assert count_rows(database_url, ("answers",))["answers"] == 0
 
 
 def test_bad_questions_are_refused_before_the_upstream(
@@ -433,7 +418,7 @@ def test_bad_questions_are_refused_before_the_upstream(
     assert_problem(ask(api, "Q?", [text_id], temperature=0.5), 422, "validation_error")
     assert_problem(api.get("/v1/answers/ans_missing"), 404, "answer_not_found")
     assert fake.requests == []
-    assert count_rows_answers(database_url) == 0
+    assert count_rows(database_url, ("answers",))["answers"] == 0
 
 
 def test_too_many_pdf_pages(settings: Settings, fake: FakeUpstream, client: httpx.Client) -> None:
