@@ -17,6 +17,7 @@ from typing import Any
 log = logging.getLogger(__name__)
 
 # Characters that differ between two extractions of the same PDF text, and their common form.
+_NORMALISED_REACH = 20_000
 _HYPHENATION_MARKS = "\u0002\ufffe\u00ad"
 _CANONICAL = {
     **{mark: "-" for mark in _HYPHENATION_MARKS},
@@ -132,7 +133,9 @@ def _same(stored: str, cited: str) -> bool:
 def locate(text: str, cited: str, within: tuple[int, int], near: int) -> tuple[int, int] | None:
     """Where ``cited`` stands in ``text``: inside ``within`` if it can, nearest to ``near``.
 
-    Exact matches first; then matches after normalisation, mapped back to exact offsets.
+    Exact matches first, anywhere; then matches after normalisation, mapped back to exact
+    offsets, within ``within`` when it is short and within ``_NORMALISED_REACH`` characters of
+    ``near``: normalising is Python work on the event loop, so it never covers a whole book.
     """
     if not cited.strip():
         return None
@@ -142,8 +145,12 @@ def locate(text: str, cited: str, within: tuple[int, int], near: int) -> tuple[i
         if found is not None:
             return found
     needle = normalize(cited)[0].strip()
-    for lo, hi in (within, whole) if within != whole else (whole,):
-        # Normalise only the part searched: whole documents can be long.
+    window = (
+        max(0, near - _NORMALISED_REACH),
+        min(len(text), near + len(cited) + _NORMALISED_REACH),
+    )
+    regions = [within] if within[1] - within[0] <= 2 * _NORMALISED_REACH else []
+    for lo, hi in [*regions, window] if window not in regions else regions:
         haystack, starts, ends = normalize(text[lo:hi])
         found = _find_nearest(
             haystack, needle, 0, len(haystack), _first_at_or_after(starts, near - lo)
