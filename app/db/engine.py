@@ -31,6 +31,9 @@ def create_engine(database_url: str, **kwargs: Any) -> AsyncEngine:
         Path(url.database).parent.mkdir(parents=True, exist_ok=True)
     if "poolclass" not in kwargs:
         kwargs |= {"pool_size": 1, "max_overflow": 0, "pool_timeout": 60}
+        # Sessions and connections end their transaction before they give the connection back;
+        # the pool's own rollback on top was one more trip to aiosqlite's thread per checkout.
+        kwargs |= {"pool_reset_on_return": None}
     engine = create_async_engine(url, connect_args={"timeout": 30}, **kwargs)
 
     @event.listens_for(engine.sync_engine, "connect")
