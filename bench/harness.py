@@ -53,6 +53,7 @@ class Stack:
     citegate: str  # base URL
     pid: int  # Citegate's process
     fake: str | None  # the fake upstream's base URL
+    fake_pid: int | None
     database: str  # the database's kind
 
 
@@ -77,14 +78,16 @@ def running(database_url: str | None, fake_script: str | None, *fake_args: str) 
         env |= {"ANTHROPIC_API_KEY": "bench-key", "ANTHROPIC_BASE_URL": fake}
     port = free_port()
     citegate = str(Path(sys.executable).parent / "citegate")
-    server = subprocess.Popen([citegate, "serve", "--port", str(port)], env=env)
+    wrap = os.environ.get("BENCH_WRAP", "").split()
+    server = subprocess.Popen([*wrap, citegate, "serve", "--port", str(port)], env=env)
     processes.append(server)
     try:
         base = f"http://127.0.0.1:{port}"
         wait_up(f"{base}/healthz")
         if fake is not None:
             wait_up(f"{fake}/")
-        yield Stack(base, server.pid, fake, env["CITEGATE_DATABASE_URL"].split(":", 1)[0])
+        database = env["CITEGATE_DATABASE_URL"].split(":", 1)[0]
+        yield Stack(base, server.pid, fake, processes[0].pid if fake else None, database)
     finally:
         for process in processes:
             process.terminate()

@@ -14,12 +14,13 @@ import argparse
 import asyncio
 import json
 import random
+import resource
 import statistics
 import time
 from typing import Any
 
 import httpx
-from harness import cpu_seconds, peak_rss_mib, running
+from harness import Stack, cpu_seconds, peak_rss_mib, running
 
 WORDS = (
     "the of and to in is was for on that with as by at from it an be this which are or have "
@@ -114,7 +115,14 @@ def percentile(values: list[float], q: float) -> float:
     return statistics.quantiles(values, n=100, method="inclusive")[int(q) - 1]
 
 
-async def measure(citegate: str, fake: str, count: int, pid: int) -> None:
+def own_cpu_seconds() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+async def measure(stack: Stack, count: int) -> None:
+    citegate, fake, pid = stack.citegate, stack.fake, stack.pid
+    assert fake is not None and stack.fake_pid is not None
     texts = [document_text(n) for n in range(3)]
     async with httpx.AsyncClient(timeout=60, limits=httpx.Limits(max_connections=32)) as client:
         ids = []
@@ -154,16 +162,20 @@ async def measure(citegate: str, fake: str, count: int, pid: int) -> None:
         for concurrency in (1, 16):
             n = count if concurrency == 1 else count * 2
             base, base_rps = await run(client, f"{fake}/v1/messages", direct, n, concurrency)
-            cpu = cpu_seconds(pid)
+            cpu = cpu_seconds(pid), cpu_seconds(stack.fake_pid), own_cpu_seconds()
             ours, rps = await run(client, f"{citegate}/v1/answers", ask, n, concurrency)
-            cpu_ms = (cpu_seconds(pid) - cpu) / n * 1000
+            cpu_ms = (cpu_seconds(pid) - cpu[0]) / n * 1000
+            fake_ms = (cpu_seconds(stack.fake_pid) - cpu[1]) / n * 1000
+            client_ms = (own_cpu_seconds() - cpu[2]) / n * 1000
             p50 = (percentile(ours, 50) - percentile(base, 50)) * 1000
             p95 = (percentile(ours, 95) - percentile(base, 95)) * 1000
             print(
                 f"{'sequential' if concurrency == 1 else f'{concurrency} concurrent'}: "
                 f"added latency p50 {p50:.1f} ms, p95 {p95:.1f} ms\n"
                 f"  through Citegate: {rps:.0f} req/s, p50 {percentile(ours, 50) * 1000:.1f} ms, "
-                f"p95 {percentile(ours, 95) * 1000:.1f} ms, CPU {cpu_ms:.1f} ms per answer\n"
+                f"p95 {percentile(ours, 95) * 1000:.1f} ms\n"
+                f"  CPU per answer: Citegate {cpu_ms:.2f} ms, fake {fake_ms:.2f} ms, "
+                f"this client {client_ms:.2f} ms\n"
                 f"  straight to the fake: {base_rps:.0f} req/s, p50 "
                 f"{percentile(base, 50) * 1000:.1f} ms, p95 {percentile(base, 95) * 1000:.1f} ms"
             )
@@ -182,7 +194,7 @@ def main() -> None:
     with running(args.database_url, __file__) as stack:
         assert stack.fake is not None
         print(f"database: {stack.database}; one worker")
-        asyncio.run(measure(stack.citegate, stack.fake, args.requests, stack.pid))
+        asyncio.run(measure(stack, args.requests))
         print(f"Citegate peak RSS: {peak_rss_mib(stack.pid):.0f} MiB")
 
 

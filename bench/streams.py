@@ -11,13 +11,16 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import json
+import resource
 import statistics
 import time
 from typing import Any
 
 import httpx
-from harness import cpu_seconds, peak_rss_mib, running
+from harness import Stack, cpu_seconds, peak_rss_mib, running
+from httpx_aiohttp import AiohttpTransport
 from httpx_sse import aconnect_sse
 
 
@@ -131,11 +134,23 @@ def lag_from_metrics(text: str) -> tuple[float, float, float]:
     return total / count * 1000, p99 * 1000, worst * 1000
 
 
-async def measure(
-    citegate: str, fake: str, streams: int, rate: float, pid: int, deltas: int
-) -> None:
+def own_cpu_seconds() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+async def measure(stack: Stack, streams: int, rate: float, deltas: int) -> None:
+    citegate, fake, pid = stack.citegate, stack.fake, stack.pid
+    assert fake is not None and stack.fake_pid is not None
+    # This client is the measuring instrument: with 500 streams open, its own full garbage
+    # collections paused it for 100+ ms and its httpcore pool took half a core, both showing up
+    # as Citegate's time to first event. So: no collector while measuring, and aiohttp's pool.
+    gc.collect()
+    gc.freeze()
+    gc.disable()
     limits = httpx.Limits(max_connections=streams + 10)
-    async with httpx.AsyncClient(timeout=120, limits=limits) as client:
+    transport = AiohttpTransport(limits=limits)
+    async with httpx.AsyncClient(timeout=120, transport=transport) as client:
         created = await client.post(
             f"{citegate}/v1/documents",
             json={"source": {"type": "text", "data": "The grass is green. The sky is blue."}},
@@ -155,12 +170,15 @@ async def measure(
         )
         upstream_most, Open.most = Open.most, 0
         cpu = cpu_seconds(pid)
+        others = cpu_seconds(stack.fake_pid), own_cpu_seconds()
         started = time.perf_counter()
         ours = await asyncio.gather(
             *(first_event(client, f"{citegate}/v1/answers", ask, n / rate) for n in range(streams))
         )
         elapsed = time.perf_counter() - started
         cpu = cpu_seconds(pid) - cpu
+        fake_cpu = cpu_seconds(stack.fake_pid) - others[0]
+        client_cpu = own_cpu_seconds() - others[1]
         after = (await client.get(f"{citegate}/metrics")).text
     print(
         f"{streams} streams started at {rate:.0f}/s, done in {elapsed:.1f} s; at most "
@@ -175,7 +193,9 @@ async def measure(
     events = streams * (deltas + 6)
     print(
         f"Citegate CPU: {cpu:.1f} s for {streams} streams ({cpu / elapsed * 100:.0f}% of a core), "
-        f"{cpu / events * 1e6:.0f} us per relayed upstream event"
+        f"{cpu / events * 1e6:.0f} us per relayed upstream event; meanwhile the fake upstream "
+        f"used {fake_cpu / elapsed * 100:.0f}% of a core and this client "
+        f"{client_cpu / elapsed * 100:.0f}%"
     )
     mean, p99, worst = lag_from_metrics(after)
     print(f"event-loop lag: mean {mean:.1f} ms, p99 <= {p99:.0f} ms, max <= {worst:.0f} ms")
@@ -196,9 +216,7 @@ def main() -> None:
     fake_args = ("--deltas", str(args.deltas), "--pause", str(args.pause))
     with running(args.database_url, __file__, *fake_args) as stack:
         assert stack.fake is not None
-        asyncio.run(
-            measure(stack.citegate, stack.fake, args.streams, args.rate, stack.pid, args.deltas)
-        )
+        asyncio.run(measure(stack, args.streams, args.rate, args.deltas))
         print(f"database: {stack.database}; service peak RSS: {peak_rss_mib(stack.pid):.0f} MiB")
 
 
