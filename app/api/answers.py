@@ -8,7 +8,6 @@ from typing import Annotated, Any
 
 import orjson
 from fastapi import APIRouter, Depends, Path, Request, Response
-from fastapi.responses import JSONResponse
 from sse_starlette import EventSourceResponse, ServerSentEvent
 from starlette.background import BackgroundTask
 
@@ -24,6 +23,7 @@ from app.api.problems import (
     links,
     problems,
 )
+from app.api.responses import OrjsonResponse
 from app.documents.schemas import NO_NUL
 
 
@@ -122,7 +122,7 @@ async def create_answer(
             background=BackgroundTask(relayed.close),
         )
     answer = await service.create_answer(session, principal, body, context)
-    return JSONResponse(service.answer_payload(answer))
+    return OrjsonResponse(service.answer_payload(answer))
 
 
 async def _server_sent(events: AsyncIterator[Event]) -> AsyncIterator[ServerSentEvent]:
@@ -154,7 +154,7 @@ async def count_answer_tokens(
 )
 async def get_answer(
     answer_id: AnswerId, session: SessionDep, tenant_id: TenantDep
-) -> JSONResponse:
-    return JSONResponse(
+) -> OrjsonResponse:
+    return OrjsonResponse(
         service.answer_payload(await service.get_answer(session, tenant_id, answer_id))
     )

@@ -5,12 +5,12 @@ from __future__ import annotations
 from typing import Annotated
 
 from fastapi import APIRouter, Path, Response, status
-from fastapi.responses import JSONResponse
 
 from app.answers.service import answer_payload
 from app.api.answers import ContextDep
 from app.api.deps import DEFAULT_LIMIT, CursorQuery, LimitQuery, SessionDep, TenantDep
 from app.api.problems import AUTH_PROBLEMS, BODY_PROBLEMS, ProblemResponse, links, problems
+from app.api.responses import OrjsonResponse
 from app.conversations import service
 from app.conversations.schemas import ConversationOut, ConversationPage, ConversationRequest
 from app.db.models import Conversation
@@ -98,14 +98,14 @@ async def list_conversations(
 )
 async def get_conversation(
     conversation_id: ConversationId, session: SessionDep, tenant_id: TenantDep
-) -> JSONResponse:
+) -> OrjsonResponse:
     conversation = await service.get_conversation(session, tenant_id, conversation_id)
     answers = await service.answers_of(session, conversation.id)
     documents = answers[0].documents if answers else _documents(conversation, {})
     body = conversation_out(conversation, documents).model_dump(mode="json")
     # The answers as stored, like getAnswer: not validated against today's citation types.
     body["answers"] = [answer_payload(answer) for answer in answers]
-    return JSONResponse(body)
+    return OrjsonResponse(body)
 
 
 @router.delete(

@@ -8,11 +8,11 @@ from urllib.parse import quote
 
 from fastapi import APIRouter, Depends, File, Path, Request, Response, status
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
 
 from app.api.body_limit import body_limits
 from app.api.deps import DEFAULT_LIMIT, CursorQuery, LimitQuery, SessionDep, TenantDep
 from app.api.problems import AUTH_PROBLEMS, BODY_PROBLEMS, ProblemResponse, links, problems
+from app.api.responses import OrjsonResponse
 from app.db.models import Document, DocumentChunk
 from app.documents import service
 from app.documents.schemas import (
@@ -83,13 +83,13 @@ def chunk_out(chunk: DocumentChunk) -> ChunkOut:
     )
 
 
-def _stored_response(stored: service.StoredDocument) -> JSONResponse:
+def _stored_response(stored: service.StoredDocument) -> OrjsonResponse:
     """201 with a Location for a new document, 200 for identical bytes stored before."""
     body = document_out(stored.document).model_dump(mode="json")
     if stored.created:
         location = f"/v1/documents/{stored.document.id}"
-        return JSONResponse(body, status.HTTP_201_CREATED, headers={"Location": location})
-    return JSONResponse(body, status.HTTP_200_OK)
+        return OrjsonResponse(body, status.HTTP_201_CREATED, headers={"Location": location})
+    return OrjsonResponse(body, status.HTTP_200_OK)
 
 
 def _basename(filename: str | None) -> str | None:
@@ -135,7 +135,7 @@ def documents_router(settings: Settings) -> APIRouter:
     )
     async def upload_document(
         session: SessionDep, tenant_id: TenantDep, form: Annotated[DocumentUpload, File()]
-    ) -> JSONResponse:
+    ) -> OrjsonResponse:
         file, title, context = form.file, form.title, form.context
         if file.size is not None and file.size > max_bytes:
             await file.close()
@@ -167,7 +167,7 @@ def documents_router(settings: Settings) -> APIRouter:
     )
     async def create_document(
         body: CreateDocumentRequest, session: SessionDep, tenant_id: TenantDep
-    ) -> JSONResponse:
+    ) -> OrjsonResponse:
         fields = service.DocumentFields(
             title=body.title, context=body.context, metadata=body.metadata
         )

@@ -5,9 +5,18 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import orjson
 from sqlalchemy import event
 from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker, create_async_engine
+
+
+def _json_dumps(value: Any) -> str:
+    return orjson.dumps(value).decode()
+
+
+# JSON columns (an answer's segments, documents and usage) through orjson, not the json module.
+_JSON: dict[str, Any] = {"json_serializer": _json_dumps, "json_deserializer": orjson.loads}
 
 
 def create_engine(database_url: str, **kwargs: Any) -> AsyncEngine:
@@ -25,7 +34,7 @@ def create_engine(database_url: str, **kwargs: Any) -> AsyncEngine:
             # Streams and follow-ups start and end at high rates; each holds a connection
             # for a few round trips of a busy event loop.
             kwargs |= {"pool_size": 20, "max_overflow": 20}
-        return create_async_engine(url, pool_pre_ping=True, **kwargs)
+        return create_async_engine(url, pool_pre_ping=True, **_JSON, **kwargs)
 
     if url.database and url.database != ":memory:":
         Path(url.database).parent.mkdir(parents=True, exist_ok=True)
@@ -34,7 +43,7 @@ def create_engine(database_url: str, **kwargs: Any) -> AsyncEngine:
         # Sessions and connections end their transaction before they give the connection back;
         # the pool's own rollback on top was one more trip to aiosqlite's thread per checkout.
         kwargs |= {"pool_reset_on_return": None}
-    engine = create_async_engine(url, connect_args={"timeout": 30}, **kwargs)
+    engine = create_async_engine(url, connect_args={"timeout": 30}, **_JSON, **kwargs)
 
     @event.listens_for(engine.sync_engine, "connect")
     def _sqlite_pragmas(dbapi_connection: Any, _: Any) -> None:
