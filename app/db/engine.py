@@ -10,6 +10,8 @@ from sqlalchemy import event
 from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker, create_async_engine
 
+from app.db.sqlite import one_trip_dbapi
+
 
 def _json_dumps(value: Any) -> str:
     return orjson.dumps(value).decode()
@@ -26,7 +28,8 @@ def create_engine(database_url: str, **kwargs: Any) -> AsyncEngine:
     connection: SQLite takes one writer at a time anyway, and writers that contend sleep in
     SQLite's busy handler (up to 100 ms a try), while queueing for the one connection costs
     microseconds. No transaction is held across a slow await (the upstream call, PDF parsing),
-    so the queue stays short.
+    so the queue stays short; and each statement is one trip to aiosqlite's thread
+    (``app.db.sqlite``), so the connection is held for as few turns of the event loop as can be.
     """
     url = make_url(database_url)
     if not url.drivername.startswith("sqlite"):
@@ -43,6 +46,8 @@ def create_engine(database_url: str, **kwargs: Any) -> AsyncEngine:
         # Sessions and connections end their transaction before they give the connection back;
         # the pool's own rollback on top was one more trip to aiosqlite's thread per checkout.
         kwargs |= {"pool_reset_on_return": None}
+    if url.drivername == "sqlite+aiosqlite" and "module" not in kwargs:
+        kwargs["module"] = one_trip_dbapi()
     engine = create_async_engine(url, connect_args={"timeout": 30}, **_JSON, **kwargs)
 
     @event.listens_for(engine.sync_engine, "connect")

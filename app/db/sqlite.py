@@ -1,0 +1,108 @@
+"""aiosqlite for SQLAlchemy with one trip to aiosqlite's thread per statement.
+
+aiosqlite runs every call on its own worker thread, and SQLAlchemy's adapter makes four such
+calls for each statement: open a cursor, execute, fetch the rows, close the cursor. Each is a
+hand-off to that thread and back, and the awaiting task resumes only after a turn of the event
+loop, while the process's one SQLite connection waits. This cursor does the four in one call;
+everything else is SQLAlchemy's adapter as it is. Measured with ``bench/overhead.py`` (SQLite, 16
+concurrent): about 10% less CPU per answer, and ~190 -> ~200 answers a second.
+
+It is handed to SQLAlchemy through ``create_async_engine(module=...)``, the documented way to
+give a dialect its DBAPI.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections import deque
+from typing import Any
+
+import aiosqlite
+from sqlalchemy.connectors.asyncio import AsyncAdapt_dbapi_connection
+from sqlalchemy.dialects.sqlite.aiosqlite import (
+    AsyncAdapt_aiosqlite_connection,
+    AsyncAdapt_aiosqlite_cursor,
+    AsyncAdapt_aiosqlite_dbapi,
+)
+from sqlalchemy.util import EMPTY_DICT
+from sqlalchemy.util.concurrency import await_
+
+
+class _Ran:
+    """What a statement left behind: stands in for the (already closed) sqlite3 cursor."""
+
+    __slots__ = ("arraysize", "description", "lastrowid", "rowcount")
+
+    def __init__(self, cursor: sqlite3.Cursor | None = None) -> None:
+        self.arraysize = 1
+        self.description = cursor.description if cursor else None
+        self.rowcount = cursor.rowcount if cursor else -1
+        self.lastrowid = cursor.lastrowid if cursor else None
+
+    def close(self) -> None:
+        pass
+
+
+def _run(
+    connection: sqlite3.Connection, operation: str, parameters: Any, many: bool
+) -> tuple[_Ran, list[Any]]:
+    """On aiosqlite's thread: the whole statement, rows included."""
+    cursor = connection.cursor()
+    try:
+        if many:
+            cursor.executemany(operation, parameters)
+        elif parameters is None:
+            cursor.execute(operation)
+        else:
+            cursor.execute(operation, parameters)
+        rows = cursor.fetchall() if cursor.description else []
+        return _Ran(cursor), rows
+    finally:
+        cursor.close()
+
+
+class _OneTripCursor(AsyncAdapt_aiosqlite_cursor):
+    __slots__ = ()
+    _awaitable_cursor_close = False  # nothing is left open on the thread to close
+
+    def __init__(self, adapt_connection: AsyncAdapt_dbapi_connection) -> None:
+        self._adapt_connection = adapt_connection
+        self._connection = adapt_connection._connection
+        self._cursor = _Ran()  # type: ignore[assignment]
+        self._soft_closed_memoized = EMPTY_DICT
+        self._rows = deque()
+
+    def execute(self, operation: Any, parameters: Any = None) -> None:
+        self._run(operation, parameters, many=False)
+
+    def executemany(self, operation: Any, seq_of_parameters: Any) -> None:
+        self._run(operation, seq_of_parameters, many=True)
+
+    def _run(self, operation: Any, parameters: Any, many: bool) -> None:
+        connection: aiosqlite.Connection = self._connection  # type: ignore[assignment]
+        try:
+            ran, rows = await_(
+                connection._execute(  # type: ignore[no-untyped-call]
+                    _run, connection._conn, operation, parameters, many
+                )
+            )
+        except Exception as error:
+            self._adapt_connection._handle_exception(error)
+        self._cursor = ran
+        self._rows = deque(rows)
+
+
+class _Connection(AsyncAdapt_aiosqlite_connection):
+    __slots__ = ()
+    _cursor_cls = _OneTripCursor
+
+
+class _DBAPI(AsyncAdapt_aiosqlite_dbapi):
+    def connect(self, *arg: Any, **kw: Any) -> _Connection:
+        adapted = super().connect(*arg, **kw)
+        return _Connection(self, adapted._connection)
+
+
+def one_trip_dbapi() -> AsyncAdapt_aiosqlite_dbapi:
+    """The DBAPI to give ``create_async_engine(module=...)`` for a ``sqlite+aiosqlite`` URL."""
+    return _DBAPI(aiosqlite, sqlite3)
