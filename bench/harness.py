@@ -78,6 +78,7 @@ def running(database_url: str | None, fake_script: str | None, *fake_args: str) 
         env |= {"ANTHROPIC_API_KEY": "bench-key", "ANTHROPIC_BASE_URL": fake}
     port = free_port()
     citegate = str(Path(sys.executable).parent / "citegate")
+    # BENCH_WRAP: a command to run Citegate under, e.g. "python -m cProfile -o out.prof".
     wrap = os.environ.get("BENCH_WRAP", "").split()
     server = subprocess.Popen([*wrap, citegate, "serve", "--port", str(port)], env=env)
     processes.append(server)
