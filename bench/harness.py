@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import os
+import resource
 import shutil
 import socket
 import subprocess
@@ -16,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
+from httpx_aiohttp import AiohttpTransport
 
 
 def free_port() -> int:
@@ -39,6 +41,19 @@ def cpu_seconds(pid: int) -> float:
     """User and system CPU time the process has used."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def own_cpu_seconds() -> float:
+    """User and system CPU time this process (the load client) has used."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def load_client(timeout: float, max_connections: int) -> httpx.AsyncClient:
+    """The load client: the measuring instrument, on the same two cores as Citegate and the fake.
+    httpx's API over aiohttp's pool costs it a third of the CPU httpcore's pool does."""
+    limits = httpx.Limits(max_connections=max_connections)
+    return httpx.AsyncClient(timeout=timeout, transport=AiohttpTransport(limits=limits))
 
 
 def peak_rss_mib(pid: int) -> float:

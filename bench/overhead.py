@@ -14,14 +14,12 @@ import argparse
 import asyncio
 import json
 import random
-import resource
 import statistics
 import time
 from typing import Any
 
 import httpx
-from harness import Stack, cpu_seconds, peak_rss_mib, running
-from httpx_aiohttp import AiohttpTransport
+from harness import Stack, cpu_seconds, load_client, own_cpu_seconds, peak_rss_mib, running
 
 WORDS = (
     "the of and to in is was for on that with as by at from it an be this which are or have "
@@ -116,19 +114,11 @@ def percentile(values: list[float], q: float) -> float:
     return statistics.quantiles(values, n=100, method="inclusive")[int(q) - 1]
 
 
-def own_cpu_seconds() -> float:
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    return usage.ru_utime + usage.ru_stime
-
-
 async def measure(stack: Stack, count: int) -> None:
     citegate, fake, pid = stack.citegate, stack.fake, stack.pid
     assert fake is not None and stack.fake_pid is not None
     texts = [document_text(n) for n in range(3)]
-    # This client is the measuring instrument, sharing the machine's two cores with Citegate and
-    # the fake: aiohttp's pool under httpx's API costs it a third of the CPU httpcore's does.
-    transport = AiohttpTransport(limits=httpx.Limits(max_connections=32))
-    async with httpx.AsyncClient(timeout=60, transport=transport) as client:
+    async with load_client(timeout=60, max_connections=32) as client:
         ids = []
         for index, text in enumerate(texts):
             response = await client.post(

@@ -13,14 +13,12 @@ import argparse
 import asyncio
 import gc
 import json
-import resource
 import statistics
 import time
 from typing import Any
 
 import httpx
-from harness import Stack, cpu_seconds, peak_rss_mib, running
-from httpx_aiohttp import AiohttpTransport
+from harness import Stack, cpu_seconds, load_client, own_cpu_seconds, peak_rss_mib, running
 from httpx_sse import aconnect_sse
 
 
@@ -134,23 +132,15 @@ def lag_from_metrics(text: str) -> tuple[float, float, float]:
     return total / count * 1000, p99 * 1000, worst * 1000
 
 
-def own_cpu_seconds() -> float:
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    return usage.ru_utime + usage.ru_stime
-
-
 async def measure(stack: Stack, streams: int, rate: float, deltas: int) -> None:
     citegate, fake, pid = stack.citegate, stack.fake, stack.pid
     assert fake is not None and stack.fake_pid is not None
-    # This client is the measuring instrument: with 500 streams open, its own full garbage
-    # collections paused it for 100+ ms and its httpcore pool took half a core, both showing up
-    # as Citegate's time to first event. So: no collector while measuring, and aiohttp's pool.
+    # With 500 streams open, the client's own full garbage collections paused it for 100+ ms,
+    # which showed up as Citegate's time to first event: no collector while measuring.
     gc.collect()
     gc.freeze()
     gc.disable()
-    limits = httpx.Limits(max_connections=streams + 10)
-    transport = AiohttpTransport(limits=limits)
-    async with httpx.AsyncClient(timeout=120, transport=transport) as client:
+    async with load_client(timeout=120, max_connections=streams + 10) as client:
         created = await client.post(
             f"{citegate}/v1/documents",
             json={"source": {"type": "text", "data": "The grass is green. The sky is blue."}},

@@ -9,8 +9,8 @@ from fastapi.responses import JSONResponse
 
 
 class OrjsonResponse(JSONResponse):
-    """``JSONResponse`` rendered by orjson: an answer's segments and citations are most of its
-    body, and the json module was a tenth of the CPU of answering."""
+    """``JSONResponse`` rendered by orjson, as upstream request bodies already are: the same
+    compact UTF-8 JSON, made faster. (Deprecated ``fastapi.responses.ORJSONResponse`` aside.)"""
 
     def render(self, content: Any) -> bytes:
         return orjson.dumps(content)
