@@ -27,7 +27,7 @@ from app.api.responses import OrjsonResponse
 from app.documents.schemas import NO_NUL
 
 
-def _context(request: Request) -> service.AnswerContext:
+async def _context(request: Request) -> service.AnswerContext:  # async: no worker thread
     context: service.AnswerContext = request.app.state.answer_context
     return context
 

@@ -27,7 +27,9 @@ async def _session(request: Request) -> AsyncIterator[AsyncSession]:
         yield session
 
 
-def _settings(request: Request) -> Settings:
+# Dependencies are coroutines even when they do not await: FastAPI runs a plain function in a
+# worker thread, a thread hand-off per request for reading an attribute.
+async def _settings(request: Request) -> Settings:
     settings: Settings = request.app.state.settings
     return settings
 
@@ -56,7 +58,7 @@ async def require_principal(
 PrincipalDep = Annotated[Principal, Depends(require_principal)]
 
 
-def _tenant_id(principal: PrincipalDep) -> str:
+async def _tenant_id(principal: PrincipalDep) -> str:
     return principal.tenant_id
 
 
