@@ -56,6 +56,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             sources=SourceCache(settings.source_cache_chars),
             limits=app.state.key_limits,
             settings=settings,
+            engine=engine,
             sessions=app.state.sessions,
             metrics=metrics,
         )
