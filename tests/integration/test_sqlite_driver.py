@@ -55,6 +55,26 @@ async def test_a_statement_is_one_trip_to_the_thread(engine: AsyncEngine, trips:
         assert trips == ["_run"]
 
 
+async def test_ending_reads_alone_makes_no_trip_and_writes_still_commit(
+    engine: AsyncEngine, trips: list[str]
+) -> None:
+    async with engine.connect() as connection:
+        await connection.execute(select(things.c.id))
+        trips.clear()
+        await connection.commit()  # nothing was written: no transaction to end
+        await connection.rollback()
+        assert trips == []
+        await connection.execute(insert(things).values(name="kept"))
+        await connection.commit()
+        assert trips == ["_run", "commit"]
+        await connection.execute(insert(things).values(name="dropped"))
+        await connection.rollback()
+        assert trips[-1] == "rollback"
+    async with engine.connect() as connection:
+        names = (await connection.execute(select(things.c.name))).scalars().all()
+        assert names == ["kept"]
+
+
 async def test_rows_counts_ids_and_transactions_come_through(engine: AsyncEngine) -> None:
     async with engine.begin() as connection:
         first = await connection.execute(insert(things).values(name="a"))
