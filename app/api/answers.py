@@ -128,8 +128,8 @@ async def create_answer(
 
 class _EventStream(EventSourceResponse):
     """sse-starlette's response, without a cancel scope around each event's send when sends
-    have no timeout (they have none here): entering and leaving an anyio scope cost more CPU
-    per relayed event than the send itself."""
+    have no timeout (they have none here): entering and leaving an anyio scope was an eighth
+    of the instructions spent relaying an event (callgrind: 231 -> 203 thousand)."""
 
     async def _send_with_timeout(self, send: Send, message: Message) -> None:
         if self.send_timeout is None:
