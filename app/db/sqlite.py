@@ -98,16 +98,23 @@ class _Connection(AsyncAdapt_aiosqlite_connection):
     __slots__ = ()
     _cursor_cls = _OneTripCursor
 
-    # sqlite3 opens a transaction only for a write. After reads alone (a request's session
-    # ends with a commit) there is nothing to end, and asking is a trip to the thread for
-    # nothing. Reading the flag here is safe: the connection's one user awaits each statement.
+    # sqlite3 opens a transaction only for a write. After reads alone (most requests end
+    # their session that way, with a commit or a rollback) there is nothing to end, and asking
+    # is a trip to the thread for nothing.
     def commit(self) -> None:
-        if self._connection._conn.in_transaction:
+        if self._in_transaction():
             super().commit()
 
     def rollback(self) -> None:
-        if self._connection._conn.in_transaction:
+        if self._in_transaction():
             super().rollback()
+
+    def _in_transaction(self) -> bool:
+        """Safe to read from here: the connection's one user awaits each of its statements.
+        False once aiosqlite has closed the connection, where SQLAlchemy's adapter does
+        nothing either."""
+        connection: sqlite3.Connection | None = self._connection._connection
+        return connection is not None and connection.in_transaction
 
 
 class _DBAPI(AsyncAdapt_aiosqlite_dbapi):

@@ -55,15 +55,17 @@ async def test_a_statement_is_one_trip_to_the_thread(engine: AsyncEngine, trips:
         assert trips == ["_run"]
 
 
-async def test_ending_reads_alone_makes_no_trip_and_writes_still_commit(
+async def test_ending_reads_alone_makes_no_trip_and_writes_still_end(
     engine: AsyncEngine, trips: list[str]
 ) -> None:
     async with engine.connect() as connection:
         await connection.execute(select(things.c.id))
         trips.clear()
-        await connection.commit()  # nothing was written: no transaction to end
-        await connection.rollback()
-        assert trips == []
+        await connection.rollback()  # nothing was written: sqlite3 has no transaction to end
+        await connection.execute(select(things.c.id))
+        await connection.commit()
+        assert trips == ["_run"]
+        trips.clear()
         await connection.execute(insert(things).values(name="kept"))
         await connection.commit()
         assert trips == ["_run", "commit"]
@@ -73,6 +75,15 @@ async def test_ending_reads_alone_makes_no_trip_and_writes_still_commit(
     async with engine.connect() as connection:
         names = (await connection.execute(select(things.c.name))).scalars().all()
         assert names == ["kept"]
+
+
+async def test_ending_on_a_closed_connection_is_quiet(engine: AsyncEngine) -> None:
+    async with engine.connect() as connection:
+        raw = await connection.get_raw_connection()
+        await raw.driver_connection.close()  # aiosqlite's connection, closed underneath
+        raw.dbapi_connection.commit()
+        raw.dbapi_connection.rollback()
+        await connection.invalidate()
 
 
 async def test_rows_counts_ids_and_transactions_come_through(engine: AsyncEngine) -> None:
