@@ -43,9 +43,6 @@ def create_engine(database_url: str, **kwargs: Any) -> AsyncEngine:
         Path(url.database).parent.mkdir(parents=True, exist_ok=True)
     if "poolclass" not in kwargs:
         kwargs |= {"pool_size": 1, "max_overflow": 0, "pool_timeout": 60}
-        # Sessions and connections end their transaction before they give the connection back;
-        # the pool's own rollback on top was one more trip to aiosqlite's thread per checkout.
-        kwargs |= {"pool_reset_on_return": None}
     if url.drivername == "sqlite+aiosqlite" and "module" not in kwargs:
         kwargs["module"] = one_trip_dbapi()
     engine = create_async_engine(url, connect_args={"timeout": 30}, **_JSON, **kwargs)

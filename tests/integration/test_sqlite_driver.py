@@ -53,6 +53,8 @@ async def test_a_statement_is_one_trip_to_the_thread(engine: AsyncEngine, trips:
         rows = (await connection.execute(select(things.c.id))).all()
         assert rows == []
         assert trips == ["_run"]
+    # Giving the connection back (its rollback, then the pool's) ends nothing: no trip.
+    assert trips == ["_run"]
 
 
 async def test_ending_reads_alone_makes_no_trip_and_writes_still_end(
