@@ -45,8 +45,8 @@ class AnswerContext:
     sources: SourceCache
     limits: KeyLimits
     settings: Settings
-    engine: AsyncEngine
-    sessions: async_sessionmaker[AsyncSession]
+    engine: AsyncEngine  # the answer's Core insert: a session around it cost 80-140 us more
+    sessions: async_sessionmaker[AsyncSession]  # bound to ``engine``
     metrics: Metrics
 
 
