@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import resource
+import secrets
 import shutil
 import socket
 import subprocess
@@ -49,11 +50,13 @@ def own_cpu_seconds() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def load_client(timeout: float, max_connections: int) -> httpx.AsyncClient:
+def load_client(stack: Stack, timeout: float, max_connections: int) -> httpx.AsyncClient:
     """The load client: the measuring instrument, on the same two cores as Citegate and the fake.
     httpx's API over aiohttp's pool costs it a third of the CPU httpcore's pool does."""
     limits = httpx.Limits(max_connections=max_connections)
-    return httpx.AsyncClient(timeout=timeout, transport=AiohttpTransport(limits=limits))
+    return httpx.AsyncClient(
+        headers=stack.headers, timeout=timeout, transport=AiohttpTransport(limits=limits)
+    )
 
 
 def peak_rss_mib(pid: int) -> float:
@@ -70,6 +73,7 @@ class Stack:
     fake: str | None  # the fake upstream's base URL
     fake_pid: int | None
     database: str  # the database's kind
+    headers: dict[str, str]  # Citegate's API key, as every request carries it
 
 
 @contextmanager
@@ -77,8 +81,11 @@ def running(database_url: str | None, fake_script: str | None, *fake_args: str) 
     """`citegate serve` on a new database (SQLite unless given), behind a fake upstream started
     as ``python FAKE_SCRIPT --serve-fake PORT *FAKE_ARGS`` when one is named."""
     workdir = Path(tempfile.mkdtemp(prefix="citegate-bench-"))
+    key = "cg_" + secrets.token_urlsafe(32)
     env = dict(
         os.environ,
+        CITEGATE_AUTH="required",  # as deployed: every request is authenticated
+        CITEGATE_BOOTSTRAP_API_KEY=key,
         CITEGATE_LOG_LEVEL="WARNING",
         CITEGATE_RATE_LIMIT_PER_MINUTE="0",
         CITEGATE_DATABASE_URL=database_url or f"sqlite+aiosqlite:///{workdir}/bench.db",
@@ -103,7 +110,9 @@ def running(database_url: str | None, fake_script: str | None, *fake_args: str) 
         if fake is not None:
             wait_up(f"{fake}/")
         database = env["CITEGATE_DATABASE_URL"].split(":", 1)[0]
-        yield Stack(base, server.pid, fake, processes[0].pid if fake else None, database)
+        fake_pid = processes[0].pid if fake else None
+        headers = {"Authorization": f"Bearer {key}"}
+        yield Stack(base, server.pid, fake, fake_pid, database, headers)
     finally:
         for process in processes:
             process.terminate()

@@ -68,7 +68,7 @@ def main() -> None:
 
     with (
         running(args.database_url, None) as stack,
-        httpx.Client(base_url=stack.citegate, timeout=120) as http,
+        httpx.Client(base_url=stack.citegate, headers=stack.headers, timeout=120) as http,
     ):
         pdf = PDF.read_bytes()
         text = english_text(1_000_000).encode()

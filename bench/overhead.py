@@ -118,7 +118,7 @@ async def measure(stack: Stack, count: int) -> None:
     citegate, fake, pid = stack.citegate, stack.fake, stack.pid
     assert fake is not None and stack.fake_pid is not None
     texts = [document_text(n) for n in range(3)]
-    async with load_client(timeout=60, max_connections=32) as client:
+    async with load_client(stack, timeout=60, max_connections=32) as client:
         ids = []
         for index, text in enumerate(texts):
             response = await client.post(

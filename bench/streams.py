@@ -140,7 +140,7 @@ async def measure(stack: Stack, streams: int, rate: float, deltas: int) -> None:
     gc.collect()
     gc.freeze()
     gc.disable()
-    async with load_client(timeout=120, max_connections=streams + 10) as client:
+    async with load_client(stack, timeout=120, max_connections=streams + 10) as client:
         created = await client.post(
             f"{citegate}/v1/documents",
             json={"source": {"type": "text", "data": "The grass is green. The sky is blue."}},
