@@ -53,7 +53,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         http = create_http_client(settings, transport)
         app.state.answer_context = AnswerContext(
             upstream=UpstreamClient(http, settings, metrics),
-            sources=SourceCache(settings.source_cache_chars),
+            sources=app.state.source_cache,
             limits=app.state.key_limits,
             settings=settings,
             engine=engine,
@@ -82,6 +82,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.settings = settings
     app.state.metrics = metrics
     app.state.key_limits = KeyLimits(settings)
+    app.state.key_cache = keys.KeyCache(settings.recheck_seconds)
+    app.state.source_cache = SourceCache(settings.source_cache_chars, settings.recheck_seconds)
     install_error_handlers(app)
     app.add_middleware(DeclaredLengthLimit, settings=settings)
     app.add_middleware(RequestObserver, metrics=metrics)

@@ -34,6 +34,14 @@ class Settings(BaseSettings):
         default=None, description="An API key to ensure at start-up, for automated deployments."
     )
     bootstrap_tenant: str = Field(default="default", min_length=1, max_length=200)
+    recheck_seconds: float = Field(
+        default=5.0,
+        ge=0,
+        le=3600,
+        description="How long a process trusts what the database said about a key (valid; any "
+        "key exists) or a document (it exists): a revoked key is refused, and a document deleted "
+        "through another process is refused, within this long. 0: ask on every request.",
+    )
     rate_limit_per_minute: int = Field(
         default=600, ge=0, description="Requests per minute per API key; 0 turns it off."
     )

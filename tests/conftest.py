@@ -72,7 +72,9 @@ def database_url(tmp_path_factory: pytest.TempPathFactory) -> str:
 
 @pytest.fixture(scope="session")
 def settings(database_url: str) -> Settings:
-    return Settings(database_url=database_url, anthropic_api_key=None)
+    # recheck_seconds=0: tests make, revoke and delete keys behind the served app's back and
+    # expect its next request to see it. test_recheck.py and test_keys.py test rechecking.
+    return Settings(database_url=database_url, anthropic_api_key=None, recheck_seconds=0)
 
 
 def free_port() -> int:

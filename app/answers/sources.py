@@ -1,16 +1,18 @@
 """Load the documents a question is about: checked for the tenant, ready for the prompt and
 for citation resolution. Stored documents never change, so what was built for one request is
-kept (bounded) for the next: a repeated question costs one query."""
+kept (bounded) for the next; and for a few seconds after the database last said a document
+exists, a question about it asks the database nothing."""
 
 from __future__ import annotations
 
 import base64
-from collections import OrderedDict
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from anyio import to_thread
+from cachetools import LRUCache
 from sqlalchemy import Row, bindparam, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -23,6 +25,7 @@ from app.errors import InvalidRequest, NotFound
 @dataclass(frozen=True, slots=True)
 class SourceDocument:
     document_id: str
+    tenant_id: str
     title: str | None
     prompt: PromptDocument
     index: DocumentIndex
@@ -30,27 +33,54 @@ class SourceDocument:
 
 
 class SourceCache:
-    """Least recently used source documents, bounded by the characters they hold."""
+    """Least recently used source documents, bounded by the characters they hold, each with
+    the time the database last said it exists.
 
-    def __init__(self, max_chars: int) -> None:
-        self._max_chars = max_chars
-        self._held = 0
-        self._entries: OrderedDict[str, SourceDocument] = OrderedDict()
+    ``recent`` hands out documents the database vouched for less than ``recheck_seconds`` ago
+    without asking it again: a question then takes no turn on the database's connection before
+    the upstream is called (SQLite has one, and a busy event loop makes each turn long). A
+    document deleted here is forgotten at once; one deleted through another process may still
+    be asked about for that long, as a question that began just before the delete would be.
+    """
 
-    def get(self, document_id: str) -> SourceDocument | None:
+    def __init__(
+        self,
+        max_chars: int,
+        recheck_seconds: float = 0.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._recheck = recheck_seconds
+        self._clock = clock
+        self._entries: LRUCache[str, tuple[SourceDocument, float]] = LRUCache(
+            max_chars, getsizeof=lambda entry: entry[0].size
+        )
+
+    def confirmed(self, document_id: str) -> SourceDocument | None:
+        """The document, if held; the database has just said that it exists."""
         entry = self._entries.get(document_id)
-        if entry is not None:
-            self._entries.move_to_end(document_id)
-        return entry
+        if entry is None:
+            return None
+        self._entries[document_id] = (entry[0], self._clock())
+        return entry[0]
+
+    def recent(self, tenant_id: str, document_ids: Sequence[str]) -> list[SourceDocument] | None:
+        """All the tenant's documents asked for, if each was vouched for recently; else None."""
+        oldest = self._clock() - self._recheck
+        sources = []
+        for document_id in document_ids:
+            entry = self._entries.get(document_id)
+            if entry is None or entry[0].tenant_id != tenant_id or not entry[1] > oldest:
+                return None
+            sources.append(entry[0])
+        return sources
 
     def put(self, source: SourceDocument) -> None:
-        if source.size > self._max_chars or source.document_id in self._entries:
-            return
-        self._entries[source.document_id] = source
-        self._held += source.size
-        while self._held > self._max_chars:
-            _, evicted = self._entries.popitem(last=False)
-            self._held -= evicted.size
+        if source.size <= self._entries.maxsize and source.document_id not in self._entries:
+            self._entries[source.document_id] = (source, self._clock())
+
+    def forget(self, document_id: str) -> None:
+        """The document was deleted."""
+        self._entries.pop(document_id, None)
 
 
 # Built once, as every question runs it: building a statement costs more than running it. On the
@@ -83,6 +113,9 @@ async def load_sources(
         raise InvalidRequest(
             "document_ids lists a document more than once.", code="duplicate_document_ids"
         )
+    if (recent := cache.recent(tenant_id, document_ids)) is not None:
+        _check_pages(sum(source.index.page_count or 0 for source in recent), max_pdf_pages)
+        return recent
     rows = await session.execute(_DOCUMENTS, {"tenant_id": tenant_id, "ids": document_ids})
     found = {document.id: document for document in rows}
     documents = []
@@ -96,20 +129,25 @@ async def load_sources(
                 code="document_not_citable",
             )
         documents.append(document)
-    pages = sum(document.page_count or 0 for document in documents)
-    if pages > max_pdf_pages:
-        raise InvalidRequest(
-            f"The PDFs have {pages} pages in all; one request takes at most {max_pdf_pages}.",
-            code="too_many_pdf_pages",
-        )
-    sources = {d.id: hit for d in documents if (hit := cache.get(d.id)) is not None}
-    for source in await _build(session, [d for d in documents if d.id not in sources]):
+    _check_pages(sum(document.page_count or 0 for document in documents), max_pdf_pages)
+    sources = {d.id: hit for d in documents if (hit := cache.confirmed(d.id)) is not None}
+    for source in await _build(session, tenant_id, [d for d in documents if d.id not in sources]):
         sources[source.document_id] = source
         cache.put(source)
     return [sources[d.id] for d in documents]
 
 
-async def _build(session: AsyncSession, documents: list[Described]) -> list[SourceDocument]:
+def _check_pages(pages: int, max_pdf_pages: int) -> None:
+    if pages > max_pdf_pages:
+        raise InvalidRequest(
+            f"The PDFs have {pages} pages in all; one request takes at most {max_pdf_pages}.",
+            code="too_many_pdf_pages",
+        )
+
+
+async def _build(
+    session: AsyncSession, tenant_id: str, documents: list[Described]
+) -> list[SourceDocument]:
     if not documents:
         return []
     ids = [document.id for document in documents]
@@ -160,7 +198,7 @@ async def _build(session: AsyncSession, documents: list[Described]) -> list[Sour
             document.page_count,
         )
         size = len(text) + len(pdf_base64 or "")
-        sources.append(SourceDocument(document.id, document.title, prompt, index, size))
+        sources.append(SourceDocument(document.id, tenant_id, document.title, prompt, index, size))
     return sources
 
 

@@ -46,7 +46,8 @@ async def require_principal(
     """The caller, from its API key; counts the request against the key's limit."""
     if credentials is None and "authorization" in request.headers:
         raise Unauthorized  # a header that is not "Bearer <key>"
-    principal = await authenticate(session, credentials.credentials if credentials else None)
+    presented = credentials.credentials if credentials else None
+    principal = await authenticate(session, presented, request.app.state.key_cache)
     if principal is None:
         raise Unauthorized
     request.state.tenant_id = principal.tenant_id  # for the request log; never the key

@@ -278,9 +278,10 @@ def documents_router(settings: Settings) -> APIRouter:
         responses=problems(*AUTH_PROBLEMS, 404, 422, model=True),
     )
     async def delete_document(
-        document_id: DocumentId, session: SessionDep, tenant_id: TenantDep
+        document_id: DocumentId, session: SessionDep, tenant_id: TenantDep, request: Request
     ) -> Response:
         await service.delete_document(session, tenant_id, document_id)
+        request.app.state.source_cache.forget(document_id)  # no more questions about it
         return Response(status_code=status.HTTP_204_NO_CONTENT)
 
     return router

@@ -10,8 +10,11 @@ from __future__ import annotations
 import hashlib
 import hmac
 import secrets
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
+from cachetools import TTLCache
 from sqlalchemy import bindparam, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -112,19 +115,57 @@ async def any_key_exists(session: AsyncSession) -> bool:
     return await session.scalar(_ANY_KEY) is not None
 
 
-async def authenticate(session: AsyncSession, presented: str | None) -> Principal | None:
+class KeyCache:
+    """What authentication read from the database, trusted for ``recheck_seconds``: the
+    principal behind each valid key, and whether any key exists. Every request needs them,
+    and each lookup is a turn on the database's connection (SQLite has one). A revoked key is
+    refused within ``recheck_seconds`` (``citegate keys revoke`` runs in another process, so
+    there is nothing to tell), and a service running open asks for keys within that long of
+    the first one. Refusals are never remembered: a new key works at once.
+    """
+
+    def __init__(
+        self,
+        recheck_seconds: float,
+        clock: Callable[[], float] = time.monotonic,
+        size: int = 10_000,
+    ) -> None:
+        # An entry is good while clock() < its time + recheck_seconds: with 0, never.
+        self._principals: TTLCache[str, Principal] = TTLCache(size, recheck_seconds, clock)
+        self._any_key: TTLCache[None, bool] = TTLCache(1, recheck_seconds, clock)
+
+    async def any_key_exists(self, session: AsyncSession) -> bool:
+        exists = self._any_key.get(None)
+        if exists is None:
+            exists = self._any_key[None] = await any_key_exists(session)
+        return exists
+
+    async def principal(self, session: AsyncSession, digest: str) -> Principal | None:
+        """The principal behind the key with this SHA-256 digest; None when unknown or revoked."""
+        principal = self._principals.get(digest)
+        if principal is None:
+            row = (await session.execute(_KEY_BY_HASH, {"digest": digest})).first()
+            if (
+                row is None
+                or not hmac.compare_digest(row.key_hash, digest)
+                or row.revoked_at is not None
+            ):
+                return None
+            principal = self._principals[digest] = Principal(row.tenant_id, row.id)
+        return principal
+
+
+async def authenticate(
+    session: AsyncSession, presented: str | None, cache: KeyCache
+) -> Principal | None:
     """The principal behind the Authorization header's key, or None when it must be refused.
 
     ``presented`` is None when no Authorization header came: allowed only while no key exists.
     """
     if presented is None:
-        if await any_key_exists(session):
+        if await cache.any_key_exists(session):
             return None
         return Principal(DEFAULT_TENANT_ID, None)
     if not presented or len(presented) > _MAX_KEY_LENGTH:
         return None
-    digest = hash_key(presented)
-    row = (await session.execute(_KEY_BY_HASH, {"digest": digest})).first()
-    if row is None or not hmac.compare_digest(row.key_hash, digest) or row.revoked_at is not None:
-        return None
-    return Principal(row.tenant_id, row.id)
+    return await cache.principal(session, hash_key(presented))

@@ -1,0 +1,69 @@
+"""The source cache: documents held by size, and how long the database's word on them lasts."""
+
+from __future__ import annotations
+
+from app.answers.citations import DocumentIndex
+from app.answers.prompt import PromptDocument
+from app.answers.sources import SourceCache, SourceDocument
+
+
+def source(
+    document_id: str, text: str = "The grass is green.", tenant: str = "ten_a"
+) -> SourceDocument:
+    index = DocumentIndex(document_id, "text", text, [])
+    prompt = PromptDocument("text", None, None, text=text)
+    return SourceDocument(document_id, tenant, None, prompt, index, len(text))
+
+
+class Clock:
+    now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_recent_until_recheck_seconds_pass_since_the_database_last_said_so() -> None:
+    clock = Clock()
+    cache = SourceCache(1000, recheck_seconds=5, clock=clock)
+    a, b = source("doc_a"), source("doc_b")
+    cache.put(a)
+    clock.now = 103.0
+    cache.put(b)
+    assert cache.recent("ten_a", ["doc_b", "doc_a"]) == [b, a]
+    clock.now = 105.0  # doc_a's five seconds are up: the whole question asks again
+    assert cache.recent("ten_a", ["doc_b", "doc_a"]) is None
+    assert cache.recent("ten_a", ["doc_b"]) == [b]
+    assert cache.confirmed("doc_a") is a  # the database said so again
+    assert cache.recent("ten_a", ["doc_b", "doc_a"]) == [b, a]
+    clock.now = 108.0
+    assert cache.recent("ten_a", ["doc_a"]) == [a]
+    assert cache.recent("ten_a", ["doc_b"]) is None
+
+
+def test_never_recent_for_another_tenant_an_unknown_id_or_with_no_recheck() -> None:
+    clock = Clock()
+    cache = SourceCache(1000, recheck_seconds=5, clock=clock)
+    cache.put(source("doc_a"))
+    assert cache.recent("ten_b", ["doc_a"]) is None
+    assert cache.recent("ten_a", ["doc_a", "doc_x"]) is None
+    unchecked = SourceCache(1000, clock=clock)
+    unchecked.put(source("doc_a"))
+    assert unchecked.recent("ten_a", ["doc_a"]) is None
+    assert unchecked.confirmed("doc_a") is not None  # still held for building the prompt
+
+
+def test_held_by_size_least_recently_used_first_and_forgotten_on_delete() -> None:
+    cache = SourceCache(50, recheck_seconds=5, clock=Clock())
+    a, b, c = (source(f"doc_{n}", "x" * 20) for n in "abc")
+    cache.put(a)
+    cache.put(b)
+    assert cache.recent("ten_a", ["doc_a"]) == [a]  # a is now the most recently used
+    cache.put(c)  # 60 > 50: b goes
+    assert cache.confirmed("doc_b") is None
+    assert cache.recent("ten_a", ["doc_a", "doc_c"]) == [a, c]
+    cache.forget("doc_a")
+    assert cache.recent("ten_a", ["doc_a"]) is None
+    cache.put(b)  # 40 held after the delete: b fits again beside c
+    assert cache.recent("ten_a", ["doc_b", "doc_c"]) == [b, c]
+    cache.put(source("doc_big", "x" * 51))  # larger than the whole cache: not held
+    assert cache.confirmed("doc_big") is None
