@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import io
 import logging
+import threading
 from dataclasses import dataclass
 
 import pypdf
@@ -21,6 +22,11 @@ log = logging.getLogger(__name__)
 # the few characters are a label or an artefact under the image, not a text layer.
 _SCAN_MAX_CHARS = 32
 _SCAN_MIN_IMAGE_COVERAGE = 0.8
+
+# PDFium is not thread-safe, not even for different documents: only one call at a time in the
+# process, or it crashes (pypdfium2's documentation; seen here as a segmentation fault when four
+# uploads were parsed at once). Extraction runs in worker threads, so it takes this lock.
+_PDFIUM = threading.Lock()
 
 
 class PdfError(Exception):
@@ -42,14 +48,24 @@ class PdfText:
 
 
 def extract_pdf_text(data: bytes) -> PdfText:
-    """Extract every page's text. Raises ``PdfError`` for encrypted or unreadable files."""
+    """Extract every page's text. Raises ``PdfError`` for encrypted or unreadable files.
+
+    Safe to call from several threads at once: PDFium work takes ``_PDFIUM`` in turn.
+    """
+    with _PDFIUM:
+        extracted = _extract_with_pdfium(data)
+    return extracted if extracted is not None else _extract_with_pypdf(data)
+
+
+def _extract_with_pdfium(data: bytes) -> PdfText | None:
+    """None when PDFium refuses a file that is not encrypted. Call it holding ``_PDFIUM``."""
     try:
         document = pdfium.PdfDocument(data)
     except pdfium.PdfiumError as exc:
         if exc.err_code == pdfium_c.FPDF_ERR_PASSWORD:
             raise PdfError("pdf_encrypted", "The PDF is encrypted.") from exc
         log.info("PDFium refused the file (%s); trying pypdf", exc)
-        return _extract_with_pypdf(data)
+        return None
     try:
         # The upstream refuses encrypted PDFs, even those that open without a password.
         if pdfium_c.FPDF_GetSecurityHandlerRevision(document.raw) != -1:
@@ -66,7 +82,7 @@ def extract_pdf_text(data: bytes) -> PdfText:
             pages.append(_storable(text))
         return PdfText(pages, without_text, "pdfium")
     finally:
-        document.close()
+        document.close()  # and its pages, if an error left any open: under the lock
 
 
 def _is_textless(text: str, page: pdfium.PdfPage) -> bool:
