@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from anyio import to_thread
-from cachetools import LRUCache
+from cachetools import LRUCache, TTLCache
 from sqlalchemy import Row, bindparam, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -39,8 +39,9 @@ class SourceCache:
     ``recent`` hands out documents the database vouched for less than ``recheck_seconds`` ago
     without asking it again: a question then takes no turn on the database's connection before
     the upstream is called (SQLite has one, and a busy event loop makes each turn long). A
-    document deleted here is forgotten at once; one deleted through another process may still
-    be asked about for that long, as a question that began just before the delete would be.
+    document deleted here is forgotten at once, and a question that read it just before the
+    delete cannot put it back; one deleted through another process may still be asked about for
+    that long, as a question that began just before the delete would be.
     """
 
     def __init__(
@@ -54,13 +55,20 @@ class SourceCache:
         self._entries: LRUCache[str, tuple[SourceDocument, float]] = LRUCache(
             max_chars, getsizeof=lambda entry: entry[0].size
         )
+        # Ids deleted here lately (ids are never reused): a question puts what it read within
+        # moments of reading it, never an hour later.
+        self._deleted: TTLCache[str, bool] = TTLCache(100_000, 3600, clock)
 
-    def confirmed(self, document_id: str) -> SourceDocument | None:
-        """The document, if held; the database has just said that it exists."""
+    def now(self) -> float:
+        """The time to pass to ``confirmed`` and ``put``: taken before asking the database."""
+        return self._clock()
+
+    def confirmed(self, document_id: str, asked: float) -> SourceDocument | None:
+        """The document, if held; the database said at ``asked`` that it exists."""
         entry = self._entries.get(document_id)
         if entry is None:
             return None
-        self._entries[document_id] = (entry[0], self._clock())
+        self._entries[document_id] = (entry[0], asked)
         return entry[0]
 
     def recent(self, tenant_id: str, document_ids: Sequence[str]) -> list[SourceDocument] | None:
@@ -74,12 +82,17 @@ class SourceCache:
             sources.append(entry[0])
         return sources
 
-    def put(self, source: SourceDocument) -> None:
-        if source.size <= self._entries.maxsize and source.document_id not in self._entries:
-            self._entries[source.document_id] = (source, self._clock())
+    def put(self, source: SourceDocument, asked: float) -> None:
+        """Hold a document the database said at ``asked`` exists, unless deleted since."""
+        document_id = source.document_id
+        if document_id in self._entries or document_id in self._deleted:
+            return
+        if source.size <= self._entries.maxsize:
+            self._entries[document_id] = (source, asked)
 
     def forget(self, document_id: str) -> None:
         """The document was deleted."""
+        self._deleted[document_id] = True
         self._entries.pop(document_id, None)
 
 
@@ -116,6 +129,7 @@ async def load_sources(
     if (recent := cache.recent(tenant_id, document_ids)) is not None:
         _check_pages(sum(source.index.page_count or 0 for source in recent), max_pdf_pages)
         return recent
+    asked = cache.now()
     rows = await session.execute(_DOCUMENTS, {"tenant_id": tenant_id, "ids": document_ids})
     found = {document.id: document for document in rows}
     documents = []
@@ -130,10 +144,10 @@ async def load_sources(
             )
         documents.append(document)
     _check_pages(sum(document.page_count or 0 for document in documents), max_pdf_pages)
-    sources = {d.id: hit for d in documents if (hit := cache.confirmed(d.id)) is not None}
+    sources = {d.id: hit for d in documents if (hit := cache.confirmed(d.id, asked)) is not None}
     for source in await _build(session, tenant_id, [d for d in documents if d.id not in sources]):
         sources[source.document_id] = source
-        cache.put(source)
+        cache.put(source, asked)
     return [sources[d.id] for d in documents]
 
 
@@ -177,6 +191,10 @@ async def _build(
         blobs = {document_id: data for document_id, data in blob_rows.all()}
     sources = []
     for document in documents:
+        if not chunks[document.id] or (document.kind == "pdf" and document.id not in blobs):
+            # Deleted since it was looked up: on PostgreSQL each statement sees the latest
+            # commit. (A citable document always has chunks.)
+            raise NotFound(f"No document with id {document.id!r}.", code="document_not_found")
         texts = [text for text, _ in chunks[document.id]]
         text = "".join(texts)
         pdf_base64 = None

@@ -1,4 +1,5 @@
-"""The document service against the real database: one transaction, all or nothing."""
+"""The document service against the real database: one transaction, all or nothing; and a
+document deleted while a question reads it."""
 
 from __future__ import annotations
 
@@ -7,11 +8,14 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from sqlalchemy import delete, event
 from sqlalchemy.pool import NullPool
 
+from app.answers.sources import SourceCache, load_sources
 from app.db.engine import create_engine, create_session_factory
-from app.db.models import DEFAULT_TENANT_ID
+from app.db.models import DEFAULT_TENANT_ID, Document
 from app.documents import service
+from app.errors import NotFound
 from tests.conftest import FIXTURES, count_rows
 
 NOTHING = {"documents": 0, "document_blobs": 0, "document_chunks": 0}
@@ -99,3 +103,43 @@ def test_concurrent_identical_uploads_store_one_document(
     assert len({stored.document.id for stored in results}) == 1
     assert sum(stored.created for stored in results) == 1
     assert count_rows(database_url)["documents"] == 1
+
+
+@pytest.mark.parametrize("data", [b"The grass is green.", "amazon_2023_letter.pdf"])
+def test_a_document_deleted_while_a_question_reads_it_is_not_found(
+    empty_store: None, database_url: str, data: bytes | str
+) -> None:
+    """A question finds the document, then reads its chunks and bytes in later statements; a
+    delete that commits in between (each PostgreSQL statement sees the latest commit) gives
+    404, not an empty document or a 500, and the cache does not keep it."""
+    pdf = (FIXTURES / data).read_bytes() if isinstance(data, str) else data
+
+    async def ask_while_deleting() -> None:
+        engine = create_engine(database_url)
+        sessions = create_session_factory(engine)
+        try:
+            async with sessions() as session:
+                stored = await service.store_bytes(
+                    session, DEFAULT_TENANT_ID, pdf, service.DocumentFields(), max_bytes=10**7
+                )
+            document_id = stored.document.id
+
+            deleted = []
+
+            @event.listens_for(engine.sync_engine, "after_cursor_execute")
+            def delete_after_lookup(connection: Any, _c: Any, statement: str, *_: Any) -> None:
+                if statement.lstrip().startswith("SELECT documents.id") and not deleted:
+                    deleted.append(document_id)
+                    connection.execute(delete(Document).where(Document.id == document_id))
+
+            cache = SourceCache(10**9, recheck_seconds=5)
+            async with sessions() as session:
+                with pytest.raises(NotFound) as refused:
+                    await load_sources(session, DEFAULT_TENANT_ID, [document_id], cache, 600)
+            assert deleted == [document_id]
+            assert refused.value.code == "document_not_found"
+            assert cache.confirmed(document_id, cache.now()) is None
+        finally:
+            await engine.dispose()
+
+    asyncio.run(ask_while_deleting())

@@ -22,18 +22,20 @@ class Clock:
         return self.now
 
 
-def test_recent_until_recheck_seconds_pass_since_the_database_last_said_so() -> None:
+def test_recent_until_recheck_seconds_pass_since_the_database_was_asked() -> None:
     clock = Clock()
     cache = SourceCache(1000, recheck_seconds=5, clock=clock)
     a, b = source("doc_a"), source("doc_b")
-    cache.put(a)
+    asked = cache.now()
+    clock.now = 101.0  # building the prompt took a second: the database's word is from 100
+    cache.put(a, asked)
     clock.now = 103.0
-    cache.put(b)
+    cache.put(b, cache.now())
     assert cache.recent("ten_a", ["doc_b", "doc_a"]) == [b, a]
     clock.now = 105.0  # doc_a's five seconds are up: the whole question asks again
     assert cache.recent("ten_a", ["doc_b", "doc_a"]) is None
     assert cache.recent("ten_a", ["doc_b"]) == [b]
-    assert cache.confirmed("doc_a") is a  # the database said so again
+    assert cache.confirmed("doc_a", cache.now()) is a  # the database said so again
     assert cache.recent("ten_a", ["doc_b", "doc_a"]) == [b, a]
     clock.now = 108.0
     assert cache.recent("ten_a", ["doc_a"]) == [a]
@@ -43,27 +45,36 @@ def test_recent_until_recheck_seconds_pass_since_the_database_last_said_so() -> 
 def test_never_recent_for_another_tenant_an_unknown_id_or_with_no_recheck() -> None:
     clock = Clock()
     cache = SourceCache(1000, recheck_seconds=5, clock=clock)
-    cache.put(source("doc_a"))
+    cache.put(source("doc_a"), cache.now())
     assert cache.recent("ten_b", ["doc_a"]) is None
     assert cache.recent("ten_a", ["doc_a", "doc_x"]) is None
     unchecked = SourceCache(1000, clock=clock)
-    unchecked.put(source("doc_a"))
+    unchecked.put(source("doc_a"), unchecked.now())
     assert unchecked.recent("ten_a", ["doc_a"]) is None
-    assert unchecked.confirmed("doc_a") is not None  # still held for building the prompt
+    assert unchecked.confirmed("doc_a", clock()) is not None  # still held for the prompt
+
+
+def test_a_question_that_read_a_document_before_its_delete_cannot_put_it_back() -> None:
+    cache = SourceCache(1000, recheck_seconds=5, clock=Clock())
+    asked = cache.now()  # the question reads the document...
+    cache.forget("doc_a")  # ...a delete commits here...
+    cache.put(source("doc_a"), asked)  # ...and the question holds what it read
+    assert cache.recent("ten_a", ["doc_a"]) is None
+    assert cache.confirmed("doc_a", asked) is None
 
 
 def test_held_by_size_least_recently_used_first_and_forgotten_on_delete() -> None:
     cache = SourceCache(50, recheck_seconds=5, clock=Clock())
     a, b, c = (source(f"doc_{n}", "x" * 20) for n in "abc")
-    cache.put(a)
-    cache.put(b)
+    cache.put(a, cache.now())
+    cache.put(b, cache.now())
     assert cache.recent("ten_a", ["doc_a"]) == [a]  # a is now the most recently used
-    cache.put(c)  # 60 > 50: b goes
-    assert cache.confirmed("doc_b") is None
+    cache.put(c, cache.now())  # 60 > 50: b goes
+    assert cache.confirmed("doc_b", cache.now()) is None
     assert cache.recent("ten_a", ["doc_a", "doc_c"]) == [a, c]
     cache.forget("doc_a")
     assert cache.recent("ten_a", ["doc_a"]) is None
-    cache.put(b)  # 40 held after the delete: b fits again beside c
+    cache.put(b, cache.now())  # 40 held after the delete: b fits again beside c
     assert cache.recent("ten_a", ["doc_b", "doc_c"]) == [b, c]
-    cache.put(source("doc_big", "x" * 51))  # larger than the whole cache: not held
-    assert cache.confirmed("doc_big") is None
+    cache.put(source("doc_big", "x" * 51), cache.now())  # larger than the whole cache
+    assert cache.confirmed("doc_big", cache.now()) is None
