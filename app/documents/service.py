@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import binascii
 import logging
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -62,6 +64,19 @@ def encode_text(text: str) -> bytes:
     return text.encode("utf-8")
 
 
+# PDFium does one call at a time in the process (app.documents.pdf), so PDFs are parsed on a
+# thread of their own: uploads waiting their turn queue here, not in the worker threads that
+# everything else needs (hashing, base64 for questions, the local engine).
+_PDF_THREAD = ThreadPoolExecutor(max_workers=1, thread_name_prefix="citegate-pdf")
+
+
+async def parse_off_loop(data: bytes, kind: str) -> ParsedDocument:
+    if kind == "pdf":
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(_PDF_THREAD, parse_document, data, kind)
+    return await to_thread.run_sync(parse_document, data, kind)
+
+
 async def store_bytes(
     session: AsyncSession,
     tenant_id: str,
@@ -82,7 +97,7 @@ async def store_bytes(
     # End the read transaction: no connection is held while the document is parsed.
     await session.commit()
     started = time.perf_counter()
-    parsed = await to_thread.run_sync(parse_document, data, kind)
+    parsed = await parse_off_loop(data, kind)
     log.info(
         "parsed %s document: %d bytes, %d chunks in %.3fs",
         kind,

@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import asyncio
 import subprocess
 import sys
+from pathlib import Path
 
+import anyio
 import pypdfium2
 import pytest
+from anyio import to_thread
 
+from app.documents import pdf, service
 from app.documents.parsing import (
     content_bytes,
     parse_content,
@@ -146,6 +151,32 @@ sys.exit(1 if failures else 0)
 def test_extraction_in_several_threads_at_once() -> None:
     pdfs = [FIXTURES / "amazon_2023_letter.pdf", CORPUS / "multicolumn.pdf"]
     run = subprocess.run(
-        [sys.executable, "-c", _RACE, *map(str, pdfs)], capture_output=True, text=True, timeout=120
+        [sys.executable, "-c", _RACE, *map(str, pdfs)],
+        cwd=Path(__file__).parents[2],  # where `app` is
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert run.returncode == 0, (run.returncode, run.stdout, run.stderr[-2000:])
+
+
+def test_pdfs_waiting_for_pdfium_leave_the_worker_threads_free() -> None:
+    """More PDF uploads than worker threads, all waiting for PDFium: other work that needs a
+    worker thread (hashing, base64, the local engine) still gets one."""
+    data = (CORPUS / "multicolumn.pdf").read_bytes()
+    alone = extract_pdf_text(data)
+
+    async def crowd() -> None:
+        threads = to_thread.current_default_thread_limiter().total_tokens
+        with pdf._PDFIUM:  # PDFium busy: every PDF parse waits
+            parses = [
+                asyncio.create_task(service.parse_off_loop(data, "pdf"))
+                for _ in range(int(threads) + 5)
+            ]
+            await asyncio.sleep(0.1)  # let every parse start waiting
+            with anyio.fail_after(30):
+                assert await to_thread.run_sync(lambda: "a worker thread") == "a worker thread"
+        for parsed in await asyncio.gather(*parses):
+            assert parsed.text == "".join(alone.pages)
+
+    asyncio.run(crowd())
