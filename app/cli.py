@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Annotated, TypeVar
 
@@ -11,7 +10,7 @@ import uvicorn
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.auth import keys as api_keys
-from app.db.engine import create_engine, create_session_factory
+from app.db.engine import run_in_session
 from app.db.migrations import upgrade_to_head
 from app.errors import NotFound
 from app.main import create_app
@@ -105,16 +104,7 @@ def _with_session(work: Callable[[AsyncSession], Awaitable[T]]) -> T:
     """Run ``work`` with a session on the configured database, migrated to the newest schema."""
     settings = Settings()
     upgrade_to_head(settings.database_url)
-
-    async def run() -> T:
-        engine = create_engine(settings.database_url)
-        try:
-            async with create_session_factory(engine)() as session:
-                return await work(session)
-        finally:
-            await engine.dispose()
-
-    return asyncio.run(run())
+    return run_in_session(settings.database_url, work)
 
 
 @keys_cli.command("create")

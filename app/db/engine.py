@@ -2,13 +2,20 @@
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import orjson
 from sqlalchemy import event
 from sqlalchemy.engine import make_url
-from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker, create_async_engine
+from sqlalchemy.ext.asyncio import (
+    AsyncEngine,
+    AsyncSession,
+    async_sessionmaker,
+    create_async_engine,
+)
 
 from app.db.sqlite import one_trip_dbapi
 
@@ -60,3 +67,20 @@ def create_engine(database_url: str, **kwargs: Any) -> AsyncEngine:
 
 def create_session_factory(engine: AsyncEngine) -> async_sessionmaker[Any]:
     return async_sessionmaker(engine, expire_on_commit=False)
+
+
+T = TypeVar("T")
+
+
+def run_in_session(database_url: str, work: Callable[[AsyncSession], Awaitable[T]]) -> T:
+    """Run ``work`` in a session of its own, from code that has no event loop (the CLI)."""
+
+    async def run() -> T:
+        engine = create_engine(database_url)
+        try:
+            async with create_session_factory(engine)() as session:
+                return await work(session)
+        finally:
+            await engine.dispose()
+
+    return asyncio.run(run())

@@ -3,7 +3,6 @@ and no tenant sees, changes or cites another tenant's data."""
 
 from __future__ import annotations
 
-import asyncio
 import os
 import re
 import subprocess
@@ -15,10 +14,9 @@ from typing import Any
 
 import httpx
 import pytest
-from sqlalchemy.pool import NullPool
 
 from app.auth import keys as api_keys
-from app.db.engine import create_engine, create_session_factory
+from app.db.engine import run_in_session
 from app.settings import Settings
 from tests.conftest import ServedApp, free_port
 
@@ -27,25 +25,12 @@ GRASS = b"The grass is green. The sky is blue."
 
 def make_key(database_url: str, tenant: str) -> tuple[str, str]:
     """(key id, key) for a tenant, made as `citegate keys create` makes them."""
-
-    async def create() -> tuple[str, str]:
-        engine = create_engine(database_url, poolclass=NullPool)
-        async with create_session_factory(engine)() as session:
-            row, key = await api_keys.create_key(session, tenant)
-        await engine.dispose()
-        return row.id, key
-
-    return asyncio.run(create())
+    row, key = run_in_session(database_url, lambda session: api_keys.create_key(session, tenant))
+    return row.id, key
 
 
 def revoke(database_url: str, key_id: str) -> None:
-    async def run() -> None:
-        engine = create_engine(database_url, poolclass=NullPool)
-        async with create_session_factory(engine)() as session:
-            await api_keys.revoke_key(session, key_id)
-        await engine.dispose()
-
-    asyncio.run(run())
+    run_in_session(database_url, lambda session: api_keys.revoke_key(session, key_id))
 
 
 def bearer(key: str) -> dict[str, str]:

@@ -5,17 +5,13 @@ from __future__ import annotations
 
 import asyncio
 import secrets
-from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from typing import Any
 
 from sqlalchemy import func, select
-from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.auth import keys
-from app.db.engine import create_engine, create_session_factory
+from app.db.engine import create_engine, create_session_factory, run_in_session
 from app.db.models import DEFAULT_TENANT_ID, ApiKey
-
-T = TypeVar("T")
 
 
 def test_replicas_ensuring_the_same_bootstrap_key_make_one(client: Any, database_url: str) -> None:
@@ -44,20 +40,6 @@ def test_replicas_ensuring_the_same_bootstrap_key_make_one(client: Any, database
     assert len(set(ids)) == 1
 
 
-def in_session(database_url: str, work: Callable[[AsyncSession], Awaitable[T]]) -> T:
-    """``work`` in a new session of its own, as a request or `citegate keys` has."""
-
-    async def run() -> T:
-        engine = create_engine(database_url)
-        try:
-            async with create_session_factory(engine)() as session:
-                return await work(session)
-        finally:
-            await engine.dispose()
-
-    return asyncio.run(run())
-
-
 class Remembering:
     """Authentication through one KeyCache, on a clock the test sets."""
 
@@ -67,14 +49,14 @@ class Remembering:
         self.cache = keys.KeyCache(seconds, lambda: self.now)
 
     def check(self, key: str | None) -> keys.Principal | None:
-        return in_session(self.database_url, lambda s: keys.authenticate(s, key, self.cache))
+        return run_in_session(self.database_url, lambda s: keys.authenticate(s, key, self.cache))
 
     def make_key(self, key: str | None = None) -> tuple[str, str]:
-        row, made = in_session(self.database_url, lambda s: keys.create_key(s, "them", key))
+        row, made = run_in_session(self.database_url, lambda s: keys.create_key(s, "them", key))
         return row.id, made
 
     def revoke(self, key_id: str) -> None:  # as `citegate keys revoke` does, from outside
-        in_session(self.database_url, lambda s: keys.revoke_key(s, key_id))
+        run_in_session(self.database_url, lambda s: keys.revoke_key(s, key_id))
 
 
 OPEN = keys.Principal(DEFAULT_TENANT_ID, None)
