@@ -12,7 +12,6 @@ import httpx
 from fastapi import Depends, FastAPI
 
 from app.answers.service import AnswerContext
-from app.answers.sources import SourceCache
 from app.api import answers, conversations, health
 from app.api.body_limit import DeclaredLengthLimit
 from app.api.deps import require_principal
@@ -21,6 +20,7 @@ from app.api.request_id import RequestIdMiddleware
 from app.auth import keys
 from app.auth.limits import KeyLimits
 from app.db.engine import create_engine, create_session_factory
+from app.documents.sources import SourceCache
 from app.errors import install_error_handlers
 from app.local_engine import create_local_engine_app
 from app.observability import Metrics, RequestObserver, metrics_endpoint

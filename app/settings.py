@@ -7,6 +7,8 @@ from typing import Literal
 from pydantic import AliasChoices, Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from app.upstream.wire import CURRENT_VERSION, DEFAULT_MODEL, LOCAL_MODEL
+
 MIB = 1024 * 1024
 
 
@@ -64,10 +66,10 @@ class Settings(BaseSettings):
         validation_alias=AliasChoices("ANTHROPIC_BASE_URL", "anthropic_base_url"),
         description="The Messages API, when a key is set.",
     )
-    anthropic_version: str = Field(default="2026-10-21", description="anthropic-version header.")
+    anthropic_version: str = Field(default=CURRENT_VERSION, description="anthropic-version header.")
     model: str | None = Field(
         default=None,
-        description="Default model; citegate-local-1 for the local engine, else claude-sonnet-5.",
+        description=f"Default model; {LOCAL_MODEL} for the local engine, else {DEFAULT_MODEL}.",
     )
     max_tokens: int = Field(default=1024, ge=1, le=128_000)
     system_prompt: str | None = Field(default=None, description="Default system prompt.")
@@ -96,7 +98,7 @@ class Settings(BaseSettings):
     def default_model(self) -> str:
         if self.model:
             return self.model
-        return "claude-sonnet-5" if self.anthropic_api_key else "citegate-local-1"
+        return DEFAULT_MODEL if self.anthropic_api_key else LOCAL_MODEL
 
     @property
     def upstream_name(self) -> str:

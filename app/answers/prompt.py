@@ -6,30 +6,18 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-MAX_CACHE_BREAKPOINTS = 4  # the upstream refuses a fifth block with cache_control
+from app.upstream.wire import MAX_CACHE_BREAKPOINTS
+
 EPHEMERAL = {"type": "ephemeral"}
 
 
 @dataclass(frozen=True, slots=True)
 class PromptDocument:
-    """A stored document as the upstream receives it."""
+    """A stored document as the upstream receives it: its kind made ``source``."""
 
-    kind: str  # "text" | "pdf" | "content"
     title: str | None
     context: str | None
-    text: str | None = None  # text documents: the exact stored text
-    pdf_base64: str | None = None  # PDFs: the original bytes
-    blocks: Sequence[str] = ()  # content documents: the stored blocks
-
-    def source(self) -> dict[str, Any]:
-        if self.kind == "pdf":
-            return {"type": "base64", "media_type": "application/pdf", "data": self.pdf_base64}
-        if self.kind == "content":
-            return {
-                "type": "content",
-                "content": [{"type": "text", "text": b} for b in self.blocks],
-            }
-        return {"type": "text", "media_type": "text/plain", "data": self.text}
+    source: dict[str, Any]
 
 
 def cache_breakpoints(count: int, budget: int = MAX_CACHE_BREAKPOINTS) -> list[int]:
@@ -128,7 +116,7 @@ def build_message_request(
     marked = set(cache_breakpoints(len(documents), budget))
     content: list[dict[str, Any]] = []
     for position, document in enumerate(documents):
-        block: dict[str, Any] = {"type": "document", "source": document.source()}
+        block: dict[str, Any] = {"type": "document", "source": document.source}
         if document.title is not None:
             block["title"] = document.title
         if document.context is not None:

@@ -20,13 +20,13 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 from app.answers.citations import build_segments
 from app.answers.prompt import Turn, build_message_request
 from app.answers.schemas import AnswerRequest
-from app.answers.sources import SourceCache, SourceDocument, load_sources
 from app.answers.streaming import AnswerStream, Event
 from app.auth.keys import Principal
 from app.auth.limits import KeyLimits
 from app.conversations import service as conversations
 from app.db.models import Answer, utcnow
 from app.db.tenancy import get_owned
+from app.documents.sources import SourceCache, SourceDocument, describe_sources, load_sources
 from app.errors import CitegateError, problem_of
 from app.ids import new_id
 from app.observability import Metrics
@@ -45,7 +45,7 @@ class AnswerContext:
     sources: SourceCache
     limits: KeyLimits
     settings: Settings
-    engine: AsyncEngine  # the answer's Core insert: a session around it cost 80-140 us more
+    engine: AsyncEngine  # the answer is stored by a Core insert on it, without a session
     sessions: async_sessionmaker[AsyncSession]  # bound to ``engine``
     metrics: Metrics
 
@@ -61,7 +61,7 @@ class Prepared:
 
     @property
     def documents(self) -> list[dict[str, Any]]:
-        return conversations.document_list(self.sources)
+        return describe_sources(self.sources)
 
 
 async def _prepare(

@@ -10,7 +10,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from app.answers.citations import DocumentIndex, resolve_citation
+from app.answers.citations import resolve_citation
+from app.documents.index import DocumentIndex
 
 Event = tuple[str, dict[str, Any]]
 USAGE_FIELDS = (

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Path, Response, status
 
@@ -24,17 +24,8 @@ router = APIRouter(
 )
 
 
-def _documents(
-    conversation: Conversation, titles: dict[str, str | None]
-) -> list[dict[str, object]]:
-    return [
-        {"document_index": index, "document_id": document_id, "title": titles.get(document_id)}
-        for index, document_id in enumerate(conversation.document_ids)
-    ]
-
-
 def conversation_out(
-    conversation: Conversation, documents: list[dict[str, object]]
+    conversation: Conversation, documents: list[dict[str, Any]]
 ) -> ConversationOut:
     """The conversation without its answers (which only getConversation shows)."""
     return ConversationOut.model_validate(
@@ -83,8 +74,9 @@ async def list_conversations(
     cursor: CursorQuery = None,
 ) -> ConversationPage:
     page = await service.list_conversations(session, tenant_id, limit, cursor)
+    described = await service.describe_documents(session, tenant_id, page.items)
     return ConversationPage(
-        data=[conversation_out(c, _documents(c, {})) for c in page.items],
+        data=[conversation_out(c, d) for c, d in zip(page.items, described, strict=True)],
         next_cursor=page.next_cursor,
     )
 
@@ -101,7 +93,7 @@ async def get_conversation(
 ) -> OrjsonResponse:
     conversation = await service.get_conversation(session, tenant_id, conversation_id)
     answers = await service.answers_of(session, conversation.id)
-    documents = answers[0].documents if answers else _documents(conversation, {})
+    [documents] = await service.describe_documents(session, tenant_id, [conversation])
     body = conversation_out(conversation, documents).model_dump(mode="json")
     # The answers as stored, like getAnswer: not validated against today's citation types.
     body["answers"] = [answer_payload(answer) for answer in answers]

@@ -11,6 +11,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.auth.keys import Principal, authenticate
 from app.auth.limits import KeyLimits
+from app.documents.sources import SourceCache
 from app.errors import Unauthorized
 from app.pagination import DEFAULT_LIMIT, MAX_LIMIT
 from app.settings import Settings
@@ -34,8 +35,14 @@ async def _settings(request: Request) -> Settings:
     return settings
 
 
+async def _source_cache(request: Request) -> SourceCache:
+    cache: SourceCache = request.app.state.source_cache
+    return cache
+
+
 SessionDep = Annotated[AsyncSession, Depends(_session)]
 SettingsDep = Annotated[Settings, Depends(_settings)]
+SourceCacheDep = Annotated[SourceCache, Depends(_source_cache)]
 
 
 async def require_principal(
@@ -75,6 +82,7 @@ __all__ = [
     "PrincipalDep",
     "SessionDep",
     "SettingsDep",
+    "SourceCacheDep",
     "TenantDep",
     "require_principal",
 ]

@@ -10,21 +10,28 @@ from fastapi import APIRouter, Depends, File, Path, Request, Response, status
 from fastapi.exceptions import RequestValidationError
 
 from app.api.body_limit import body_limits
-from app.api.deps import DEFAULT_LIMIT, CursorQuery, LimitQuery, SessionDep, TenantDep
+from app.api.deps import (
+    DEFAULT_LIMIT,
+    CursorQuery,
+    LimitQuery,
+    SessionDep,
+    SettingsDep,
+    SourceCacheDep,
+    TenantDep,
+)
 from app.api.problems import AUTH_PROBLEMS, BODY_PROBLEMS, ProblemResponse, links, problems
 from app.api.responses import OrjsonResponse
 from app.db.models import Document, DocumentChunk
 from app.documents import service
+from app.documents.kinds import all_kinds
 from app.documents.schemas import (
     NO_NUL,
-    Base64PdfSource,
     ChunkOut,
     ChunkPage,
     CreateDocumentRequest,
     DocumentOut,
     DocumentPage,
     DocumentUpload,
-    TextSource,
 )
 from app.errors import PayloadTooLarge
 from app.settings import Settings
@@ -49,7 +56,6 @@ _STORED: dict[int | str, dict[str, Any]] = {
         "links": _DOCUMENT_LINKS,
     },
 }
-_CONTENT_BLOCK_REF = "#/components/schemas/ContentBlock"
 
 
 def document_out(document: Document) -> DocumentOut:
@@ -114,177 +120,171 @@ async def _refuse_empty_form_fields(request: Request) -> None:
         raise RequestValidationError(errors)
 
 
-def documents_router(settings: Settings) -> APIRouter:
-    """The routes under /v1/documents; body limits follow the configured document size."""
-    router = APIRouter(
-        prefix="/v1/documents", tags=["documents"], responses=problems(*AUTH_PROBLEMS)
-    )
-    max_bytes = settings.max_document_bytes
-    upload_limit, json_limit = body_limits(settings)
+router = APIRouter(prefix="/v1/documents", tags=["documents"], responses=problems(*AUTH_PROBLEMS))
 
-    @router.post(
-        "/upload",
+
+async def upload_document(
+    session: SessionDep,
+    tenant_id: TenantDep,
+    settings: SettingsDep,
+    form: Annotated[DocumentUpload, File()],
+) -> OrjsonResponse:
+    max_bytes = settings.max_document_bytes
+    file = form.file
+    if file.size is not None and file.size > max_bytes:
+        await file.close()
+        raise PayloadTooLarge(f"The document exceeds the limit of {max_bytes} bytes.")
+    data = await file.read()
+    await file.close()
+    fields = service.DocumentFields(
+        title=form.title, context=form.context, filename=_basename(file.filename)
+    )
+    stored = await service.store_upload(
+        session,
+        tenant_id,
+        data,
+        fields,
+        max_bytes=max_bytes,
+        declared_media_type=file.content_type,
+    )
+    return _stored_response(stored)
+
+
+async def create_document(
+    body: CreateDocumentRequest, session: SessionDep, tenant_id: TenantDep, settings: SettingsDep
+) -> OrjsonResponse:
+    fields = service.DocumentFields(title=body.title, context=body.context, metadata=body.metadata)
+    stored = await service.store_source(
+        session, tenant_id, body.source, fields, max_bytes=settings.max_document_bytes
+    )
+    return _stored_response(stored)
+
+
+@router.get(
+    "",
+    operation_id="listDocuments",
+    summary="List documents, newest first",
+    response_model=DocumentPage,
+    responses=problems(422),
+)
+async def list_documents(
+    session: SessionDep,
+    tenant_id: TenantDep,
+    limit: LimitQuery = DEFAULT_LIMIT,
+    cursor: CursorQuery = None,
+) -> DocumentPage:
+    page = await service.list_documents(session, tenant_id, limit, cursor)
+    return DocumentPage(data=[document_out(d) for d in page.items], next_cursor=page.next_cursor)
+
+
+@router.get(
+    "/{document_id}",
+    operation_id="getDocument",
+    summary="Get a document",
+    response_model=DocumentOut,
+    responses=problems(404, 422),
+)
+async def get_document(
+    document_id: DocumentId, session: SessionDep, tenant_id: TenantDep
+) -> DocumentOut:
+    return document_out(await service.get_document(session, tenant_id, document_id))
+
+
+@router.get(
+    "/{document_id}/content",
+    operation_id="getDocumentContent",
+    summary="Download the original bytes",
+    response_class=Response,
+    responses={
+        200: {
+            "description": "The original bytes, with their media type: the PDF, the text "
+            "(UTF-8), or for a content document its blocks as JSON.",
+            "content": {kind.media_type: {"schema": kind.content_schema} for kind in all_kinds()},
+        },
+        **problems(404, 422),
+    },
+)
+async def get_document_content(
+    document_id: DocumentId, session: SessionDep, tenant_id: TenantDep
+) -> Response:
+    document, data = await service.get_content(session, tenant_id, document_id)
+    media_type = document.media_type
+    if media_type.startswith("text/"):
+        media_type += "; charset=utf-8"
+    headers = {"ETag": f'"{document.sha256}"'}
+    if document.filename:
+        headers["Content-Disposition"] = _content_disposition(document.filename)
+    return Response(data, media_type=media_type, headers=headers)
+
+
+@router.get(
+    "/{document_id}/chunks",
+    operation_id="listDocumentChunks",
+    summary="List a document's chunks in order",
+    response_model=ChunkPage,
+    responses=problems(404, 422),
+)
+async def list_document_chunks(
+    document_id: DocumentId,
+    session: SessionDep,
+    tenant_id: TenantDep,
+    limit: LimitQuery = DEFAULT_LIMIT,
+    cursor: CursorQuery = None,
+) -> ChunkPage:
+    page = await service.list_chunks(session, tenant_id, document_id, limit, cursor)
+    return ChunkPage(data=[chunk_out(c) for c in page.items], next_cursor=page.next_cursor)
+
+
+@router.delete(
+    "/{document_id}",
+    operation_id="deleteDocument",
+    summary="Delete a document, its bytes and its index",
+    status_code=status.HTTP_204_NO_CONTENT,
+    response_class=ProblemResponse,  # every body it sends is a problem: see app.api.problems
+    response_description="Deleted.",
+    responses=problems(*AUTH_PROBLEMS, 404, 422, model=True),
+)
+async def delete_document(
+    document_id: DocumentId, session: SessionDep, tenant_id: TenantDep, sources: SourceCacheDep
+) -> Response:
+    await service.delete_document(session, tenant_id, document_id, sources)
+    return Response(status_code=status.HTTP_204_NO_CONTENT)
+
+
+def documents_router(settings: Settings) -> APIRouter:
+    """The documents routes, with the two that take a document's bytes limited to the
+    configured document size (the only part of the routes that depends on settings)."""
+    upload_limit, json_limit = body_limits(settings)
+    documents = APIRouter()
+    documents.add_api_route(
+        "/v1/documents/upload",
+        upload_document,
+        methods=["POST"],
+        tags=["documents"],
         operation_id="uploadDocument",
         summary="Upload a PDF or UTF-8 text file",
         status_code=status.HTTP_201_CREATED,
         response_model=DocumentOut,
         response_description="The document, stored.",
-        responses={**_STORED, **problems(*BODY_PROBLEMS, 413, 415)},
+        responses={**problems(*AUTH_PROBLEMS), **_STORED, **problems(*BODY_PROBLEMS, 413, 415)},
         max_body_size=upload_limit,
         dependencies=[Depends(_refuse_empty_form_fields)],
     )
-    async def upload_document(
-        session: SessionDep, tenant_id: TenantDep, form: Annotated[DocumentUpload, File()]
-    ) -> OrjsonResponse:
-        file, title, context = form.file, form.title, form.context
-        if file.size is not None and file.size > max_bytes:
-            await file.close()
-            raise PayloadTooLarge(f"The document exceeds the limit of {max_bytes} bytes.")
-        data = await file.read()
-        await file.close()
-        fields = service.DocumentFields(
-            title=title, context=context, filename=_basename(file.filename)
-        )
-        stored = await service.store_bytes(
-            session,
-            tenant_id,
-            data,
-            fields,
-            max_bytes=max_bytes,
-            expect_pdf=file.content_type == "application/pdf",
-        )
-        return _stored_response(stored)
-
-    @router.post(
-        "",
+    documents.add_api_route(
+        "/v1/documents",
+        create_document,
+        methods=["POST"],
+        tags=["documents"],
         operation_id="createDocument",
         summary="Create a document from a Messages API document block",
         status_code=status.HTTP_201_CREATED,
         response_model=DocumentOut,
         response_description="The document, stored.",
-        responses={**_STORED, **problems(*BODY_PROBLEMS, 413, 415)},
+        responses={**problems(*AUTH_PROBLEMS), **_STORED, **problems(*BODY_PROBLEMS, 413, 415)},
         max_body_size=json_limit,
     )
-    async def create_document(
-        body: CreateDocumentRequest, session: SessionDep, tenant_id: TenantDep
-    ) -> OrjsonResponse:
-        fields = service.DocumentFields(
-            title=body.title, context=body.context, metadata=body.metadata
-        )
-        source = body.source
-        if isinstance(source, TextSource):
-            data = service.encode_text(source.data)
-            stored = await service.store_bytes(
-                session, tenant_id, data, fields, max_bytes=max_bytes
-            )
-        elif isinstance(source, Base64PdfSource):
-            data = service.decode_pdf_base64(source.data)
-            stored = await service.store_bytes(
-                session, tenant_id, data, fields, max_bytes=max_bytes, expect_pdf=True
-            )
-        else:
-            blocks = [block.text for block in source.content]
-            stored = await service.store_content(
-                session, tenant_id, blocks, fields, max_bytes=max_bytes
-            )
-        return _stored_response(stored)
-
-    @router.get(
-        "",
-        operation_id="listDocuments",
-        summary="List documents, newest first",
-        response_model=DocumentPage,
-        responses=problems(422),
-    )
-    async def list_documents(
-        session: SessionDep,
-        tenant_id: TenantDep,
-        limit: LimitQuery = DEFAULT_LIMIT,
-        cursor: CursorQuery = None,
-    ) -> DocumentPage:
-        page = await service.list_documents(session, tenant_id, limit, cursor)
-        return DocumentPage(
-            data=[document_out(d) for d in page.items], next_cursor=page.next_cursor
-        )
-
-    @router.get(
-        "/{document_id}",
-        operation_id="getDocument",
-        summary="Get a document",
-        response_model=DocumentOut,
-        responses=problems(404, 422),
-    )
-    async def get_document(
-        document_id: DocumentId, session: SessionDep, tenant_id: TenantDep
-    ) -> DocumentOut:
-        return document_out(await service.get_document(session, tenant_id, document_id))
-
-    @router.get(
-        "/{document_id}/content",
-        operation_id="getDocumentContent",
-        summary="Download the original bytes",
-        response_class=Response,
-        responses={
-            200: {
-                "description": "The original bytes, with their media type: the PDF, the text "
-                "(UTF-8), or for a content document its blocks as JSON.",
-                "content": {
-                    "application/pdf": {"schema": {"type": "string", "format": "binary"}},
-                    "text/plain": {"schema": {"type": "string"}},
-                    "application/json": {
-                        "schema": {"type": "array", "items": {"$ref": _CONTENT_BLOCK_REF}}
-                    },
-                },
-            },
-            **problems(404, 422),
-        },
-    )
-    async def get_document_content(
-        document_id: DocumentId, session: SessionDep, tenant_id: TenantDep
-    ) -> Response:
-        document, data = await service.get_content(session, tenant_id, document_id)
-        media_type = document.media_type
-        if media_type.startswith("text/"):
-            media_type += "; charset=utf-8"
-        headers = {"ETag": f'"{document.sha256}"'}
-        if document.filename:
-            headers["Content-Disposition"] = _content_disposition(document.filename)
-        return Response(data, media_type=media_type, headers=headers)
-
-    @router.get(
-        "/{document_id}/chunks",
-        operation_id="listDocumentChunks",
-        summary="List a document's chunks in order",
-        response_model=ChunkPage,
-        responses=problems(404, 422),
-    )
-    async def list_document_chunks(
-        document_id: DocumentId,
-        session: SessionDep,
-        tenant_id: TenantDep,
-        limit: LimitQuery = DEFAULT_LIMIT,
-        cursor: CursorQuery = None,
-    ) -> ChunkPage:
-        page = await service.list_chunks(session, tenant_id, document_id, limit, cursor)
-        return ChunkPage(data=[chunk_out(c) for c in page.items], next_cursor=page.next_cursor)
-
-    @router.delete(
-        "/{document_id}",
-        operation_id="deleteDocument",
-        summary="Delete a document, its bytes and its index",
-        status_code=status.HTTP_204_NO_CONTENT,
-        response_class=ProblemResponse,  # every body it sends is a problem: see app.api.problems
-        response_description="Deleted.",
-        responses=problems(*AUTH_PROBLEMS, 404, 422, model=True),
-    )
-    async def delete_document(
-        document_id: DocumentId, session: SessionDep, tenant_id: TenantDep, request: Request
-    ) -> Response:
-        await service.delete_document(session, tenant_id, document_id)
-        request.app.state.source_cache.forget(document_id)  # no more questions about it
-        return Response(status_code=status.HTTP_204_NO_CONTENT)
-
-    return router
+    documents.include_router(router)
+    return documents
 
 
 def _content_disposition(filename: str) -> str:

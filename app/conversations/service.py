@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import delete, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from app.answers.sources import SourceCache, load_sources
 from app.conversations.schemas import ConversationRequest
 from app.db.models import Answer, Conversation, utcnow
 from app.db.tenancy import get_owned, list_newest
+from app.documents import service as documents
+from app.documents.sources import SourceCache, describe_sources, load_sources
 from app.errors import Conflict
 from app.ids import new_id
 from app.pagination import Page
@@ -36,13 +38,21 @@ async def create_conversation(
     )
     session.add(conversation)
     await session.commit()
-    return conversation, document_list(sources)
+    return conversation, describe_sources(sources)
 
 
-def document_list(sources: Any) -> list[dict[str, Any]]:
+async def describe_documents(
+    session: AsyncSession, tenant_id: str, conversations: Sequence[Conversation]
+) -> list[list[dict[str, Any]]]:
+    """Each conversation's documents as its answers list them; a deleted one has no title."""
+    ids = {document_id for c in conversations for document_id in c.document_ids}
+    titles = await documents.titles_of(session, tenant_id, ids)
     return [
-        {"document_index": index, "document_id": source.document_id, "title": source.title}
-        for index, source in enumerate(sources)
+        [
+            {"document_index": index, "document_id": document_id, "title": titles.get(document_id)}
+            for index, document_id in enumerate(conversation.document_ids)
+        ]
+        for conversation in conversations
     ]
 
 

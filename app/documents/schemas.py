@@ -9,6 +9,8 @@ from fastapi import UploadFile
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.json_schema import SkipJsonSchema
 
+from app.documents.kinds import all_kinds
+
 # PostgreSQL text cannot hold NUL: every string that is stored or looked up refuses it here,
 # as a validation error, rather than failing in the database.
 NO_NUL = r"^[^\x00]*$"
@@ -126,7 +128,10 @@ class DocumentOut(BaseModel):
     )
 
     id: str = Field(examples=["doc_01jf3k2m4n5p6q7r8s9t0v1w2x"])
-    kind: Literal["text", "pdf", "content"]
+    kind: str = Field(
+        description="What the document is, which decides how it is sent and cited.",
+        json_schema_extra={"enum": [kind.name for kind in all_kinds()]},
+    )
     media_type: str
     title: str | None
     context: str | None

@@ -5,8 +5,10 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
+import hashlib
 import logging
 import time
+from collections.abc import Collection
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -18,14 +20,16 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.db.models import Document, DocumentBlob, DocumentChunk
 from app.db.tenancy import get_owned, list_newest
-from app.documents.parsing import (
+from app.documents.kinds import (
+    CONTENT,
+    TEXT,
+    DocumentKind,
     ParsedDocument,
-    content_bytes,
-    parse_content,
-    parse_document,
-    sha256_hex,
-    sniff_kind,
+    identify,
+    kind_for_media_type,
 )
+from app.documents.schemas import Base64PdfSource, DocumentSource, TextSource
+from app.documents.sources import SourceCache
 from app.errors import InvalidDocument, InvalidRequest, PayloadTooLarge
 from app.ids import new_id
 from app.observability import note_ingested
@@ -50,31 +54,77 @@ class StoredDocument:
     created: bool  # False when identical bytes were already stored: the existing document
 
 
-def decode_pdf_base64(data: str) -> bytes:
+def sha256_hex(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+# Some parsers (PDFium) do one call at a time in the process, so their kinds are parsed on a
+# thread of their own: uploads waiting their turn queue here, not in the worker threads that
+# everything else needs (hashing, base64 for questions, the local engine).
+_SERIAL_THREAD = ThreadPoolExecutor(max_workers=1, thread_name_prefix="citegate-serial-parse")
+
+
+async def parse_off_loop(data: bytes, kind: DocumentKind) -> ParsedDocument:
+    if kind.serial:
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(_SERIAL_THREAD, kind.parse, data)
+    return await to_thread.run_sync(kind.parse, data)
+
+
+async def store_upload(
+    session: AsyncSession,
+    tenant_id: str,
+    data: bytes,
+    fields: DocumentFields,
+    *,
+    max_bytes: int,
+    declared_media_type: str | None = None,
+) -> StoredDocument:
+    """Store uploaded bytes; the kind is read from the bytes, the declared type only a hint."""
+    declared = kind_for_media_type(declared_media_type)
+    return await store_bytes(
+        session, tenant_id, data, fields, max_bytes=max_bytes, declared=declared
+    )
+
+
+async def store_source(
+    session: AsyncSession,
+    tenant_id: str,
+    source: DocumentSource,
+    fields: DocumentFields,
+    *,
+    max_bytes: int,
+) -> StoredDocument:
+    """Store a document given as a Messages API document source (text, base64 PDF, content)."""
+    if isinstance(source, TextSource):
+        data = _encode_text(source.data)
+        return await store_bytes(session, tenant_id, data, fields, max_bytes=max_bytes, kind=TEXT)
+    if isinstance(source, Base64PdfSource):
+        data = _decode_base64(source.data)
+        declared = kind_for_media_type(source.media_type)
+        return await store_bytes(
+            session, tenant_id, data, fields, max_bytes=max_bytes, declared=declared
+        )
+    blocks = [block.text for block in source.content]
+    if any("\x00" in block for block in blocks):
+        raise InvalidDocument("The text contains a NUL character.", code="invalid_text")
+    # Its size is that of its stored form, made (and hashed) off the event loop.
+    data = await to_thread.run_sync(CONTENT.stored_form, blocks)
+    return await store_bytes(session, tenant_id, data, fields, max_bytes=max_bytes, kind=CONTENT)
+
+
+def _decode_base64(data: str) -> bytes:
     try:
         return base64.b64decode(data, validate=True)
     except (binascii.Error, ValueError) as exc:
         raise InvalidDocument("source.data is not valid base64.", code="invalid_base64") from exc
 
 
-def encode_text(text: str) -> bytes:
+def _encode_text(text: str) -> bytes:
     """The UTF-8 bytes of text given as JSON (its parser already refused lone surrogates)."""
     if "\x00" in text:
         raise InvalidDocument("The text contains a NUL character.", code="invalid_text")
     return text.encode("utf-8")
-
-
-# PDFium does one call at a time in the process (app.documents.pdf), so PDFs are parsed on a
-# thread of their own: uploads waiting their turn queue here, not in the worker threads that
-# everything else needs (hashing, base64 for questions, the local engine).
-_PDF_THREAD = ThreadPoolExecutor(max_workers=1, thread_name_prefix="citegate-pdf")
-
-
-async def parse_off_loop(data: bytes, kind: str) -> ParsedDocument:
-    if kind == "pdf":
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(_PDF_THREAD, parse_document, data, kind)
-    return await to_thread.run_sync(parse_document, data, kind)
 
 
 async def store_bytes(
@@ -84,15 +134,17 @@ async def store_bytes(
     fields: DocumentFields,
     *,
     max_bytes: int,
-    expect_pdf: bool = False,
+    kind: DocumentKind | None = None,
+    declared: DocumentKind | None = None,
 ) -> StoredDocument:
-    """Store a text or PDF document given as bytes; the kind is sniffed from the bytes."""
+    """Store a document: of ``kind`` when the caller's source says so, else of the kind its
+    bytes are (``declared`` being a hint). Identical bytes of the same kind give the document
+    stored before."""
     if len(data) > max_bytes:
         raise PayloadTooLarge(f"The document exceeds the limit of {max_bytes} bytes.")
-    digest, kind = await to_thread.run_sync(_digest_and_sniff, data)
-    if expect_pdf and kind != "pdf":
-        raise InvalidDocument("The data is not a PDF (no %PDF- header).", code="pdf_invalid")
-    if existing := await _find_same(session, tenant_id, kind, digest):
+    digest, identified = await to_thread.run_sync(_digest_and_identify, data, kind, declared)
+    kind = identified
+    if existing := await _find_same(session, tenant_id, kind.name, digest):
         return StoredDocument(existing, created=False)
     # End the read transaction: no connection is held while the document is parsed.
     await session.commit()
@@ -100,42 +152,18 @@ async def store_bytes(
     parsed = await parse_off_loop(data, kind)
     log.info(
         "parsed %s document: %d bytes, %d chunks in %.3fs",
-        kind,
+        kind.name,
         len(data),
         len(parsed.chunks),
         time.perf_counter() - started,
     )
-    return await _store(session, tenant_id, parsed, data, digest, fields, started)
+    return await _store(session, tenant_id, kind, parsed, data, digest, fields, started)
 
 
-async def store_content(
-    session: AsyncSession,
-    tenant_id: str,
-    blocks: list[str],
-    fields: DocumentFields,
-    *,
-    max_bytes: int,
-) -> StoredDocument:
-    """Store a content document: one chunk per block. Its size is that of its stored form."""
-    if any("\x00" in block for block in blocks):
-        raise InvalidDocument("The text contains a NUL character.", code="invalid_text")
-    started = time.perf_counter()
-    data, digest = await to_thread.run_sync(_encode_content, blocks)
-    if len(data) > max_bytes:
-        raise PayloadTooLarge(f"The document exceeds the limit of {max_bytes} bytes.")
-    if existing := await _find_same(session, tenant_id, "content", digest):
-        return StoredDocument(existing, created=False)
-    parsed = parse_content(blocks)
-    return await _store(session, tenant_id, parsed, data, digest, fields, started)
-
-
-def _encode_content(blocks: list[str]) -> tuple[bytes, str]:
-    data = content_bytes(blocks)
-    return data, sha256_hex(data)
-
-
-def _digest_and_sniff(data: bytes) -> tuple[str, str]:
-    return sha256_hex(data), sniff_kind(data)
+def _digest_and_identify(
+    data: bytes, kind: DocumentKind | None, declared: DocumentKind | None
+) -> tuple[str, DocumentKind]:
+    return sha256_hex(data), kind or identify(data, declared)
 
 
 async def _find_same(
@@ -150,6 +178,7 @@ async def _find_same(
 async def _store(
     session: AsyncSession,
     tenant_id: str,
+    kind: DocumentKind,
     parsed: ParsedDocument,
     data: bytes,
     digest: str,
@@ -160,8 +189,8 @@ async def _store(
     document = Document(
         id=new_id("doc"),
         tenant_id=tenant_id,
-        kind=parsed.kind,
-        media_type=parsed.media_type,
+        kind=kind.name,
+        media_type=kind.media_type,
         title=fields.title,
         context=fields.context,
         user_metadata=fields.metadata,
@@ -196,10 +225,10 @@ async def _store(
     except IntegrityError:
         # The same bytes were stored by a concurrent request: answer with that document.
         await session.rollback()
-        if existing := await _find_same(session, tenant_id, parsed.kind, digest):
+        if existing := await _find_same(session, tenant_id, kind.name, digest):
             return StoredDocument(existing, created=False)
         raise
-    note_ingested(parsed.kind, time.perf_counter() - started)
+    note_ingested(kind.name, time.perf_counter() - started)
     return StoredDocument(document, created=True)
 
 
@@ -237,6 +266,20 @@ async def get_document(session: AsyncSession, tenant_id: str, document_id: str) 
     return await get_owned(session, Document, tenant_id, document_id, "document")
 
 
+async def titles_of(
+    session: AsyncSession, tenant_id: str, document_ids: Collection[str]
+) -> dict[str, str | None]:
+    """The titles of those of the tenant's documents that exist, by id."""
+    if not document_ids:
+        return {}
+    rows = await session.execute(
+        select(Document.id, Document.title).where(
+            Document.tenant_id == tenant_id, Document.id.in_(document_ids)
+        )
+    )
+    return {document_id: title for document_id, title in rows.all()}
+
+
 async def list_documents(
     session: AsyncSession, tenant_id: str, limit: int, cursor: str | None
 ) -> Page[Document]:
@@ -271,10 +314,13 @@ async def list_chunks(
     return paginate(rows, limit, key=lambda chunk: chunk.chunk_index)
 
 
-async def delete_document(session: AsyncSession, tenant_id: str, document_id: str) -> None:
-    """Delete the document with its bytes and its index."""
+async def delete_document(
+    session: AsyncSession, tenant_id: str, document_id: str, sources: SourceCache
+) -> None:
+    """Delete the document with its bytes and its index; no question is answered from it again."""
     document = await get_document(session, tenant_id, document_id)
     for table in (DocumentChunk, DocumentBlob):
         await session.execute(delete(table).where(table.document_id == document.id))
     await session.delete(document)
     await session.commit()
+    sources.forget(document_id)

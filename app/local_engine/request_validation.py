@@ -37,8 +37,8 @@ from app.local_engine.wire import (
     UrlPdfSource,
     UserBlock,
 )
+from app.upstream.wire import MAX_CACHE_BREAKPOINTS
 
-MAX_CACHE_CONTROL_BLOCKS = 4
 _VERSION = re.compile(r"\d{4}-\d{2}-\d{2}")
 _SAMPLING_PARAMS = ("temperature", "top_p", "top_k")
 
@@ -305,9 +305,9 @@ def _source_cache_controls(block: DocumentBlockParam) -> Sequence[CacheControlPa
 
 def _check_cache_controls(request: ParsedRequest) -> None:
     controls = list(cache_controls(request))
-    if len(controls) > MAX_CACHE_CONTROL_BLOCKS:
+    if len(controls) > MAX_CACHE_BREAKPOINTS:
         raise InvalidRequestError(
-            f"A maximum of {MAX_CACHE_CONTROL_BLOCKS} blocks with cache_control may be provided. "
+            f"A maximum of {MAX_CACHE_BREAKPOINTS} blocks with cache_control may be provided. "
             f"Found {len(controls)}."
         )
     seen_short = False

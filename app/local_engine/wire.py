@@ -15,8 +15,10 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool
 
-MODEL_NAME = "citegate-local-1"
-CURRENT_VERSION = "2026-10-21"
+from app.upstream.wire import CURRENT_VERSION
+from app.upstream.wire import LOCAL_MODEL as MODEL_NAME
+
+__all__ = ["CURRENT_VERSION", "MODEL_NAME"]
 
 
 class _Forbidding(BaseModel):

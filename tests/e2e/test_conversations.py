@@ -78,6 +78,25 @@ def test_create_get_list_delete(api: httpx.Client) -> None:
     assert api.get(f"/v1/answers/{first['id']}").status_code == 404
 
 
+def test_every_view_of_a_conversation_names_its_documents(api: httpx.Client) -> None:
+    """Created, got (before and after an answer) and listed: the same documents and titles."""
+    ids = documents(api)
+    created = api.post("/v1/conversations", json={"document_ids": ids}).json()
+    expected = [
+        {"document_index": 0, "document_id": ids[0], "title": "Colours"},
+        {"document_index": 1, "document_id": ids[1], "title": None},
+    ]
+    assert created["documents"] == expected
+    path = f"/v1/conversations/{created['id']}"
+    assert api.get(path).json()["documents"] == expected
+    listed = api.get("/v1/conversations", params={"limit": 1}).json()["data"]
+    assert [(c["id"], c["documents"]) for c in listed] == [(created["id"], expected)]
+    follow_up(api, created["id"], "What colour is the grass?")
+    assert api.get(path).json()["documents"] == expected
+    api.delete(f"/v1/documents/{ids[0]}")
+    assert api.get(path).json()["documents"][0] == {**expected[0], "title": None}
+
+
 @pytest.mark.parametrize(
     "body",
     [

@@ -300,6 +300,16 @@ def test_pdf_declared_but_text_sent(client: httpx.Client, database_url: str) -> 
     assert count_rows(database_url) == NOTHING
 
 
+def test_a_text_source_is_text_whatever_it_starts_with(client: httpx.Client) -> None:
+    """The JSON source names its kind: text that happens to start like a PDF stays text."""
+    data = "%PDF-1.7 is the version this sentence talks about."
+    response = client.post("/v1/documents", json={"source": {"type": "text", "data": data}})
+    assert response.status_code == 201, response.text
+    document = response.json()
+    assert (document["kind"], document["media_type"]) == ("text", "text/plain")
+    assert client.get(f"/v1/documents/{document['id']}/content").text == data
+
+
 @pytest.mark.parametrize(
     ("body", "code"),
     [

@@ -119,7 +119,9 @@ def test_local_engine_command_serves_the_messages_api() -> None:
     )
     try:
         with anthropic.Anthropic(base_url=f"http://127.0.0.1:{port}", api_key="unused") as sdk:
-            for _ in range(100):
+            # A loaded machine can take many seconds to start a Python process.
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline and process.poll() is None:
                 try:
                     httpx.get(f"http://127.0.0.1:{port}/", timeout=1)
                     break

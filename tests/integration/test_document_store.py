@@ -11,10 +11,10 @@ import pytest
 from sqlalchemy import delete, event
 from sqlalchemy.pool import NullPool
 
-from app.answers.sources import SourceCache, load_sources
 from app.db.engine import create_engine, create_session_factory
 from app.db.models import DEFAULT_TENANT_ID, Document
 from app.documents import service
+from app.documents.sources import SourceCache, load_sources
 from app.errors import NotFound
 from tests.conftest import FIXTURES, count_rows
 

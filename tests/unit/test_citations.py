@@ -7,8 +7,9 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from app.answers.citations import DocumentIndex, IndexedChunk, normalize, resolve_citation
+from app.answers.citations import resolve_citation
 from app.documents.chunking import split_sentences
+from app.documents.index import DocumentIndex, IndexedChunk, normalize
 
 WORDS = st.sampled_from(
     ["grass", "sky", "Ünïcödé", "naïve", "日本語", "emoji😀", "𝔘𝔫𝔦", "café", "straße", "x"]

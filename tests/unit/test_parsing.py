@@ -13,47 +13,57 @@ import pytest
 from anyio import to_thread
 
 from app.documents import pdf, service
-from app.documents.parsing import (
-    content_bytes,
-    parse_content,
-    parse_pdf,
-    parse_text,
-    sniff_kind,
-)
+from app.documents.kinds import CONTENT, PDF, TEXT, identify
 from app.documents.pdf import PdfError, extract_pdf_text
 from app.errors import InvalidDocument, UnsupportedMediaType
 from tests.conftest import CORPUS, FIXTURES
 
 
 def test_sniffing_trusts_bytes_only() -> None:
-    assert sniff_kind(b"%PDF-1.4 ...") == "pdf"
-    assert sniff_kind(b"\n\n%PDF-1.4 ...") == "pdf"  # readers allow junk before the header
-    assert sniff_kind("plain text, ünïcödé".encode()) == "text"
+    assert identify(b"%PDF-1.4 ...") is PDF
+    assert identify(b"\n\n%PDF-1.4 ...") is PDF  # readers allow junk before the header
+    assert identify("plain text, ünïcödé".encode()) is TEXT
+    assert identify(b"%PDF-1.4 ...", declared=TEXT) is PDF  # a declared type is only a hint
     with pytest.raises(UnsupportedMediaType):
-        sniff_kind(b"\xff\xd8\xff\xe0 jpeg")
+        identify(b"\xff\xd8\xff\xe0 jpeg")
     with pytest.raises(InvalidDocument) as empty:
-        sniff_kind(b"")
+        identify(b"")
     assert empty.value.code == "empty_document"
 
 
+def test_bytes_declared_as_a_pdf_must_be_one() -> None:
+    with pytest.raises(InvalidDocument) as error:
+        identify(b"plain text", declared=PDF)
+    assert error.value.code == "pdf_invalid"
+
+
+def test_utf16_text_names_its_encoding() -> None:
+    data = "Hello.".encode("utf-16")
+    assert identify(data) is TEXT
+    with pytest.raises(InvalidDocument) as error:
+        TEXT.parse(data)
+    assert error.value.code == "text_not_utf8"
+    assert "UTF-16" in error.value.detail
+
+
 def test_text_keeps_crlf_and_drops_bom() -> None:
-    parsed = parse_text(b"\xef\xbb\xbfOne.\r\nTwo.\r\n")
+    parsed = TEXT.parse(b"\xef\xbb\xbfOne.\r\nTwo.\r\n")
     assert parsed.text == "One.\r\nTwo.\r\n"
     assert [parsed.text[c.start : c.end] for c in parsed.chunks] == ["One.\r\n", "Two.\r\n"]
 
 
 def test_text_that_is_not_utf8_names_the_byte() -> None:
     with pytest.raises(InvalidDocument) as error:
-        parse_text(b"ok \xe9t\xe9")
+        TEXT.parse(b"ok \xe9t\xe9")
     assert error.value.code == "text_not_utf8"
     assert "byte 3" in error.value.detail
 
 
 def test_content_blocks_are_chunks() -> None:
-    parsed = parse_content(["A.", "B. C."])
+    parsed = CONTENT.parse(CONTENT.stored_form(["A.", "B. C."]))
     assert parsed.text == "A.B. C."
     assert [(c.start, c.end, c.block_index) for c in parsed.chunks] == [(0, 2, 0), (2, 7, 1)]
-    assert content_bytes(["é"]) == '[{"type":"text","text":"é"}]'.encode()
+    assert CONTENT.stored_form(["é"]) == '[{"type":"text","text":"é"}]'.encode()
 
 
 def test_pdfium_text_holds_the_passages_the_api_cited() -> None:
@@ -67,7 +77,7 @@ def test_pdfium_text_holds_the_passages_the_api_cited() -> None:
 
 
 def test_pdf_chunks_stay_inside_their_page() -> None:
-    parsed = parse_pdf((CORPUS / "pdflatex-4-pages.pdf").read_bytes())
+    parsed = PDF.parse((CORPUS / "pdflatex-4-pages.pdf").read_bytes())
     assert parsed.page_count == 4
     page_starts = {}
     for chunk in parsed.chunks:
@@ -95,7 +105,7 @@ def test_pypdf_reads_what_pdfium_refuses() -> None:
     extracted = extract_pdf_text(pdf)
     assert extracted.parser == "pypdf"
     assert extracted.pages == ["Hello from the second parser."]
-    parsed = parse_pdf(pdf)
+    parsed = PDF.parse(pdf)
     assert parsed.citable and parsed.warnings == ["pdf_text_from_fallback_parser"]
 
 
@@ -170,7 +180,7 @@ def test_pdfs_waiting_for_pdfium_leave_the_worker_threads_free() -> None:
         threads = to_thread.current_default_thread_limiter().total_tokens
         with pdf._PDFIUM:  # PDFium busy: every PDF parse waits
             parses = [
-                asyncio.create_task(service.parse_off_loop(data, "pdf"))
+                asyncio.create_task(service.parse_off_loop(data, PDF))
                 for _ in range(int(threads) + 5)
             ]
             await asyncio.sleep(0.1)  # let every parse start waiting

@@ -5,6 +5,11 @@ from __future__ import annotations
 import pytest
 
 from app.answers.prompt import PromptDocument, build_message_request, cache_breakpoints
+from app.documents.kinds import CONTENT, PDF, TEXT, StoredParts
+
+
+def text_document(text: str, title: str | None = None) -> PromptDocument:
+    return PromptDocument(title, None, TEXT.upstream_source(StoredParts(text, [text])))
 
 
 @pytest.mark.parametrize("count", range(1, 41))
@@ -19,9 +24,11 @@ def test_breakpoints_stay_within_four_and_cover_the_last_document(count: int) ->
 
 def test_request_shape() -> None:
     documents = [
-        PromptDocument("text", "A", None, text="Alpha.\r\n"),
-        PromptDocument("pdf", None, "ctx", pdf_base64="JVBERi0="),
-        PromptDocument("content", "C", None, blocks=["One.", "Two."]),
+        text_document("Alpha.\r\n", title="A"),
+        PromptDocument(None, "ctx", PDF.upstream_source(StoredParts("", [], b"%PDF-"))),
+        PromptDocument(
+            "C", None, CONTENT.upstream_source(StoredParts("One.Two.", ["One.", "Two."]))
+        ),
     ]
     request = build_message_request(documents, "Why?", model="m", max_tokens=9, system="Be brief.")
     assert (
@@ -47,7 +54,7 @@ def test_request_shape() -> None:
 
 
 def test_seven_documents() -> None:
-    documents = [PromptDocument("text", None, None, text=f"Doc {n}.") for n in range(7)]
+    documents = [text_document(f"Doc {n}.") for n in range(7)]
     blocks = build_message_request(documents, "Q?", model="m", max_tokens=1)["messages"][0][
         "content"
     ]

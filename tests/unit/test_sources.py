@@ -2,16 +2,16 @@
 
 from __future__ import annotations
 
-from app.answers.citations import DocumentIndex
 from app.answers.prompt import PromptDocument
-from app.answers.sources import SourceCache, SourceDocument
+from app.documents.index import DocumentIndex
+from app.documents.sources import SourceCache, SourceDocument
 
 
 def source(
     document_id: str, text: str = "The grass is green.", tenant: str = "ten_a"
 ) -> SourceDocument:
     index = DocumentIndex(document_id, "text", text, [])
-    prompt = PromptDocument("text", None, None, text=text)
+    prompt = PromptDocument(None, None, {"type": "text", "media_type": "text/plain", "data": text})
     return SourceDocument(document_id, tenant, None, prompt, index, len(text))
 
 

@@ -5,7 +5,6 @@ exists, a question about it asks the database nothing."""
 
 from __future__ import annotations
 
-import base64
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -16,9 +15,10 @@ from cachetools import LRUCache, TTLCache
 from sqlalchemy import Row, bindparam, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.answers.citations import DocumentIndex, IndexedChunk
 from app.answers.prompt import PromptDocument
 from app.db.models import Document, DocumentBlob, DocumentChunk
+from app.documents.index import DocumentIndex, IndexedChunk
+from app.documents.kinds import StoredParts, kind_named
 from app.errors import InvalidRequest, NotFound
 
 
@@ -151,6 +151,14 @@ async def load_sources(
     return [sources[d.id] for d in documents]
 
 
+def describe_sources(sources: Sequence[SourceDocument]) -> list[dict[str, Any]]:
+    """The documents of a question as an answer lists them, in the order sent."""
+    return [
+        {"document_index": index, "document_id": source.document_id, "title": source.title}
+        for index, source in enumerate(sources)
+    ]
+
+
 def _check_pages(pages: int, max_pdf_pages: int) -> None:
     if pages > max_pdf_pages:
         raise InvalidRequest(
@@ -180,34 +188,30 @@ async def _build(
     chunks: dict[str, list[tuple[str, IndexedChunk]]] = {document_id: [] for document_id in ids}
     for document_id, text, start, end, page, block in chunk_rows.all():
         chunks[document_id].append((text, IndexedChunk(start, end, page, block)))
-    pdf_ids = [document.id for document in documents if document.kind == "pdf"]
-    blobs: dict[str, bytes] = {}
-    if pdf_ids:
+    sends_original = [d.id for d in documents if kind_named(d.kind).sends_original]
+    originals: dict[str, bytes] = {}
+    if sends_original:
         blob_rows = await session.execute(
             select(DocumentBlob.document_id, DocumentBlob.data).where(
-                DocumentBlob.document_id.in_(pdf_ids)
+                DocumentBlob.document_id.in_(sends_original)
             )
         )
-        blobs = {document_id: data for document_id, data in blob_rows.all()}
+        originals = {document_id: data for document_id, data in blob_rows.all()}
     sources = []
     for document in documents:
-        if not chunks[document.id] or (document.kind == "pdf" and document.id not in blobs):
+        kind = kind_named(document.kind)
+        if not chunks[document.id] or (kind.sends_original and document.id not in originals):
             # Deleted since it was looked up: on PostgreSQL each statement sees the latest
             # commit. (A citable document always has chunks.)
             raise NotFound(f"No document with id {document.id!r}.", code="document_not_found")
         texts = [text for text, _ in chunks[document.id]]
         text = "".join(texts)
-        pdf_base64 = None
-        if document.kind == "pdf":
-            pdf_base64 = await to_thread.run_sync(_base64, blobs[document.id])
-        prompt = PromptDocument(
-            kind=document.kind,
-            title=document.title,
-            context=document.context,
-            text=text if document.kind == "text" else None,
-            pdf_base64=pdf_base64,
-            blocks=texts if document.kind == "content" else (),
-        )
+        parts = StoredParts(text, texts, originals.get(document.id))
+        if parts.data is None:
+            source = kind.upstream_source(parts)
+        else:  # encoding the original bytes (base64) is work for a thread, not for the loop
+            source = await to_thread.run_sync(kind.upstream_source, parts)
+        prompt = PromptDocument(document.title, document.context, source)
         index = DocumentIndex(
             document.id,
             document.kind,
@@ -215,10 +219,6 @@ async def _build(
             [chunk for _, chunk in chunks[document.id]],
             document.page_count,
         )
-        size = len(text) + len(pdf_base64 or "")
+        size = len(text) + len(parts.data or b"") * 4 // 3
         sources.append(SourceDocument(document.id, tenant_id, document.title, prompt, index, size))
     return sources
-
-
-def _base64(data: bytes) -> str:
-    return base64.b64encode(data).decode("ascii")

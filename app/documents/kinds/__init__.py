@@ -1,0 +1,93 @@
+"""The registry of document kinds, keyed by name and by media type.
+
+Adding a kind is one module implementing ``DocumentKind`` and one line in ``_KINDS``; the rest
+of Citegate finds it here. ``tests/unit/test_kinds.py`` walks the registry so that a kind
+missing a part fails.
+"""
+
+from __future__ import annotations
+
+from app.documents.kinds.base import (
+    ChunkSpan,
+    DocumentKind,
+    ParsedDocument,
+    StoredParts,
+)
+from app.documents.kinds.content import ContentKind
+from app.documents.kinds.pdf import PdfKind
+from app.documents.kinds.text import UTF16_32_BOMS, TextKind
+from app.errors import InvalidDocument, UnsupportedMediaType
+
+TEXT = TextKind()
+PDF = PdfKind()
+CONTENT = ContentKind()
+
+_KINDS: dict[str, DocumentKind] = {kind.name: kind for kind in (TEXT, PDF, CONTENT)}
+_BY_MEDIA_TYPE: dict[str, DocumentKind] = {kind.media_type: kind for kind in _KINDS.values()}
+# Text is what bytes are when no signature says otherwise; its parser refuses what is not text.
+_FALLBACK = TEXT
+
+# Magic numbers of common binary formats, so that e.g. an image gets 415 rather than 422.
+_BINARY_SIGNATURES = (
+    b"\x89PNG",
+    b"\xff\xd8\xff",
+    b"GIF8",
+    b"PK\x03\x04",
+    b"\x1f\x8b",
+    b"II*\x00",
+    b"MM\x00*",
+    b"RIFF",
+    b"\xd0\xcf\x11\xe0",
+    b"\x7fELF",
+)
+
+
+def all_kinds() -> list[DocumentKind]:
+    return list(_KINDS.values())
+
+
+def kind_named(name: str) -> DocumentKind:
+    """The kind a stored document names."""
+    return _KINDS[name]
+
+
+def kind_for_media_type(media_type: str | None) -> DocumentKind | None:
+    """The kind stored under this media type (parameters such as ``charset`` ignored)."""
+    if media_type is None:
+        return None
+    return _BY_MEDIA_TYPE.get(media_type.split(";", 1)[0].strip().lower())
+
+
+def identify(data: bytes, declared: DocumentKind | None = None) -> DocumentKind:
+    """The kind of ``data``, read from the bytes. A declared kind is only a hint, except that
+    bytes declared as a kind with a signature (a PDF) must carry it."""
+    if not data:
+        raise InvalidDocument("The document is empty.", code="empty_document")
+    for kind in _KINDS.values():
+        if kind.recognises(data):
+            return kind
+    binary = not data.startswith(UTF16_32_BOMS) and (
+        data.startswith(_BINARY_SIGNATURES) or b"\x00" in data
+    )
+    if binary:
+        raise UnsupportedMediaType("Only PDF and UTF-8 plain text documents are supported.")
+    if declared is not None and declared.mismatch is not None:
+        detail, code = declared.mismatch
+        raise InvalidDocument(detail, code=code)
+    # Text (UTF-16 included: its parser names the encoding in its error).
+    return _FALLBACK
+
+
+__all__ = [
+    "CONTENT",
+    "PDF",
+    "TEXT",
+    "ChunkSpan",
+    "DocumentKind",
+    "ParsedDocument",
+    "StoredParts",
+    "all_kinds",
+    "identify",
+    "kind_for_media_type",
+    "kind_named",
+]

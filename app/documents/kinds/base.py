@@ -1,0 +1,85 @@
+"""What a document kind is: one small interface that every kind implements.
+
+A kind turns stored bytes into the document text and the chunks that tile it (with their
+locators: page, block), says how a document of its kind is sent upstream, and maps a citation
+of such a document back to offsets in that text. Everything else (storing, loading, building
+requests, resolving citations) asks the kind through ``app.documents.kinds`` and never
+switches on a kind's name.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from app.documents.index import DocumentIndex
+
+
+@dataclass(frozen=True, slots=True)
+class ChunkSpan:
+    """One chunk of a parsed document: offsets into its text, and where it stands."""
+
+    start: int
+    end: int
+    page_number: int | None = None
+    block_index: int | None = None
+
+
+@dataclass(slots=True)
+class ParsedDocument:
+    """A document's text (what the upstream sees and cites) and its index."""
+
+    text: str
+    chunks: list[ChunkSpan]
+    page_count: int | None = None
+    citable: bool = True
+    warnings: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class StoredParts:
+    """What is loaded of a stored document to send it upstream."""
+
+    text: str
+    chunk_texts: Sequence[str]
+    data: bytes | None = None  # the original bytes, loaded only for kinds that send them
+
+
+class DocumentKind(ABC):
+    """A kind of document. Instances are stateless; the registry holds one of each."""
+
+    name: ClassVar[str]
+    """Stored with the document and shown as ``Document.kind``."""
+    media_type: ClassVar[str]
+    """The media type of the stored bytes, as ``getDocumentContent`` serves them."""
+    content_schema: ClassVar[dict[str, Any]]
+    """The OpenAPI schema of those bytes."""
+    citation_type: ClassVar[str]
+    """The citation the upstream gives for this kind's documents."""
+    signature: ClassVar[bytes | None] = None
+    """Bytes that mark this kind near the start of a file; None for kinds never sniffed."""
+    signature_within: ClassVar[int] = 0
+    mismatch: ClassVar[tuple[str, str] | None] = None
+    """The (detail, code) of the error for bytes declared as this kind that lack its signature."""
+    sends_original: ClassVar[bool] = False
+    """Whether the upstream gets the original bytes (so loading must read them)."""
+    serial: ClassVar[bool] = False
+    """Whether its parser can run only one call at a time in the process."""
+
+    def recognises(self, data: bytes) -> bool:
+        """Whether ``data`` carries this kind's signature."""
+        return self.signature is not None and self.signature in data[: self.signature_within]
+
+    @abstractmethod
+    def parse(self, data: bytes) -> ParsedDocument:
+        """The document text and its chunks. Pure and synchronous: run it off the event loop."""
+
+    @abstractmethod
+    def upstream_source(self, parts: StoredParts) -> dict[str, Any]:
+        """The Messages API document ``source`` for a stored document of this kind."""
+
+    @abstractmethod
+    def locate(self, citation: dict[str, Any], index: DocumentIndex) -> tuple[int, int] | None:
+        """Offsets into the document text of what ``citation`` (of ``citation_type``) cites."""

@@ -1,0 +1,48 @@
+"""Content blocks: the caller's own chunking. Stored as the blocks' JSON; one chunk per block;
+the text is the blocks joined, as the upstream joins the blocks it cites."""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import orjson
+
+from app.documents.index import DocumentIndex
+from app.documents.kinds.base import ChunkSpan, DocumentKind, ParsedDocument, StoredParts
+
+
+class ContentKind(DocumentKind):
+    name = "content"
+    media_type = "application/json"
+    content_schema: ClassVar[dict[str, Any]] = {
+        "type": "array",
+        "items": {"$ref": "#/components/schemas/ContentBlock"},
+    }
+    citation_type = "content_block_location"
+
+    @staticmethod
+    def stored_form(blocks: list[str]) -> bytes:
+        """The bytes a content document is stored as: its blocks as compact JSON."""
+        return orjson.dumps([{"type": "text", "text": block} for block in blocks])
+
+    def parse(self, data: bytes) -> ParsedDocument:
+        # Only ever the bytes ``stored_form`` made: clients send blocks, never this form.
+        blocks = [block["text"] for block in orjson.loads(data)]
+        chunks: list[ChunkSpan] = []
+        offset = 0
+        for index, block in enumerate(blocks):
+            chunks.append(ChunkSpan(offset, offset + len(block), block_index=index))
+            offset += len(block)
+        return ParsedDocument("".join(blocks), chunks)
+
+    def upstream_source(self, parts: StoredParts) -> dict[str, Any]:
+        return {
+            "type": "content",
+            "content": [{"type": "text", "text": text} for text in parts.chunk_texts],
+        }
+
+    def locate(self, citation: dict[str, Any], index: DocumentIndex) -> tuple[int, int] | None:
+        first, end = citation.get("start_block_index"), citation.get("end_block_index")
+        if not isinstance(first, int) or not isinstance(end, int):
+            return None
+        return index.block_range(first, end)
