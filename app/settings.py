@@ -93,6 +93,12 @@ class Settings(BaseSettings):
     max_pdf_pages_per_request: int = Field(
         default=600, ge=1, description="The upstream's PDF page limit for one request."
     )
+    whole_documents_token_budget: int = Field(
+        default=150_000,
+        ge=1,
+        description="Estimated input tokens above which `auto` retrieval sends passages rather "
+        "than whole documents.",
+    )
 
     @property
     def default_model(self) -> str:

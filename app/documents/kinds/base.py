@@ -68,6 +68,15 @@ class DocumentKind(ABC):
     serial: ClassVar[bool] = False
     """Whether its parser can run only one call at a time in the process."""
 
+    def request_bytes(self, size_bytes: int, char_count: int) -> int:
+        """About how many bytes of an upstream request a document of this kind takes."""
+        return max(size_bytes, char_count)
+
+    def estimated_tokens(self, char_count: int, page_count: int | None) -> int:
+        """About how many input tokens a document of this kind costs (a rough, English-like
+        four characters a token: the budget it is checked against is a setting)."""
+        return char_count // 4
+
     def recognises(self, data: bytes) -> bool:
         """Whether ``data`` carries this kind's signature."""
         return self.signature is not None and self.signature in data[: self.signature_within]
