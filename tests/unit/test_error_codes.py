@@ -235,3 +235,29 @@ def test_a_code_outside_the_enumeration_or_of_another_status_is_refused() -> Non
         NotFound("x", code=ErrorCode.CONVERSATION_BUSY)
     with pytest.raises(TypeError, match="needs a code"):
         Conflict("x")
+
+
+def test_a_framework_status_without_a_code_is_a_400_or_a_500() -> None:
+    from fastapi import FastAPI
+    from fastapi.testclient import TestClient
+    from starlette.exceptions import HTTPException
+
+    from app.errors import install_error_handlers
+
+    app = FastAPI()
+    install_error_handlers(app)
+
+    @app.get("/teapot")
+    async def teapot() -> None:
+        raise HTTPException(status_code=418)
+
+    @app.get("/unavailable")
+    async def unavailable() -> None:
+        raise HTTPException(status_code=503)
+
+    with TestClient(app) as client:
+        refused = client.get("/teapot")
+        broken = client.get("/unavailable")
+    assert (refused.status_code, refused.json()["code"]) == (400, "http_error")
+    assert refused.headers["content-type"] == "application/problem+json"
+    assert (broken.status_code, broken.json()["code"]) == (500, "internal_error")
