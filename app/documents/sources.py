@@ -19,7 +19,7 @@ from app.answers.prompt import PromptDocument
 from app.db.models import Document, DocumentBlob, DocumentChunk
 from app.documents.index import DocumentIndex, IndexedChunk
 from app.documents.kinds import StoredParts, kind_named
-from app.errors import InvalidRequest, NotFound
+from app.errors import ErrorCode, InvalidRequest, NotFound
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,7 +124,7 @@ async def load_sources(
     """The tenant's documents in the order asked; 404 for any other id, 422 if not citable."""
     if len(set(document_ids)) != len(document_ids):
         raise InvalidRequest(
-            "document_ids lists a document more than once.", code="duplicate_document_ids"
+            "document_ids lists a document more than once.", code=ErrorCode.DUPLICATE_DOCUMENT_IDS
         )
     if (recent := cache.recent(tenant_id, document_ids)) is not None:
         _check_pages(sum(source.index.page_count or 0 for source in recent), max_pdf_pages)
@@ -135,12 +135,14 @@ async def load_sources(
     documents = []
     for document_id in document_ids:
         if document_id not in found:
-            raise NotFound(f"No document with id {document_id!r}.", code="document_not_found")
+            raise NotFound(
+                f"No document with id {document_id!r}.", code=ErrorCode.DOCUMENT_NOT_FOUND
+            )
         document = found[document_id]
         if not document.citable:
             raise InvalidRequest(
                 f"Document {document_id!r} has no text to cite ({', '.join(document.warnings)}).",
-                code="document_not_citable",
+                code=ErrorCode.DOCUMENT_NOT_CITABLE,
             )
         documents.append(document)
     _check_pages(sum(document.page_count or 0 for document in documents), max_pdf_pages)
@@ -163,7 +165,7 @@ def _check_pages(pages: int, max_pdf_pages: int) -> None:
     if pages > max_pdf_pages:
         raise InvalidRequest(
             f"The PDFs have {pages} pages in all; one request takes at most {max_pdf_pages}.",
-            code="too_many_pdf_pages",
+            code=ErrorCode.TOO_MANY_PDF_PAGES,
         )
 
 
@@ -203,7 +205,9 @@ async def _build(
         if not chunks[document.id] or (kind.sends_original and document.id not in originals):
             # Deleted since it was looked up: on PostgreSQL each statement sees the latest
             # commit. (A citable document always has chunks.)
-            raise NotFound(f"No document with id {document.id!r}.", code="document_not_found")
+            raise NotFound(
+                f"No document with id {document.id!r}.", code=ErrorCode.DOCUMENT_NOT_FOUND
+            )
         texts = [text for text, _ in chunks[document.id]]
         text = "".join(texts)
         parts = StoredParts(text, texts, originals.get(document.id))
