@@ -81,7 +81,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     metrics = Metrics()
     app.state.settings = settings
     app.state.metrics = metrics
-    app.state.key_limits = KeyLimits(settings)
+    app.state.key_limits = KeyLimits(settings, metrics)
     app.state.key_cache = keys.KeyCache(settings.recheck_seconds)
     app.state.source_cache = SourceCache(settings.source_cache_chars, settings.recheck_seconds)
     install_error_handlers(app)

@@ -392,6 +392,7 @@ def test_health_and_readiness(client: httpx.Client) -> None:
         "database": "ok",
         "upstream": "local",
         "auth": "open",
+        "rate_limits": "memory",
     }
     assert_problem(client.get("/v1/nothing-here"), 404, "not_found")
     assert_problem(client.put("/v1/documents"), 405, "method_not_allowed")
