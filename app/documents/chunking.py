@@ -16,8 +16,21 @@ import blingfire
 
 # The C entry point, called directly: the Python wrapper maps offsets with a Python loop over
 # every byte (~0.2 s per MB), raises on lone surrogates and on "", and makes up a span for blank
-# text.
-_TEXT_TO_SENTENCES = blingfire.blingfire.TextToSentencesWithOffsets
+# text. Its signature (blingfire's blingfiretokdll.cpp) is declared on a prototype of our own, so
+# ctypes checks every argument and the wrapper's function object is left as it is.
+# tests/unit/test_blingfire_fence.py fails, saying what changed, if the library no longer fits.
+_TEXT_TO_SENTENCES_SIGNATURE = ctypes.CFUNCTYPE(
+    ctypes.c_int,  # bytes written to out, with its NUL; -1 if the text was refused
+    ctypes.c_char_p,  # the UTF-8 text
+    ctypes.c_int,  # its size in bytes
+    ctypes.c_char_p,  # out: the sentences, one a line, then a NUL
+    ctypes.POINTER(ctypes.c_int32),  # each sentence's first byte, or NULL
+    ctypes.POINTER(ctypes.c_int32),  # each sentence's last byte (inclusive), or NULL
+    ctypes.c_int,  # the size of out, and of each offset array
+)
+_TEXT_TO_SENTENCES = _TEXT_TO_SENTENCES_SIGNATURE(
+    ("TextToSentencesWithOffsets", blingfire.blingfire)
+)
 
 _SURROGATE = re.compile(r"[\ud800-\udfff]")
 # blingfire does not take most accented Latin-1 capitals (À to Û but Ä Æ Ð Ö Ø; UTF-8 C3 80-9B)
