@@ -32,10 +32,6 @@ from tests.fake_upstream import FakeUpstream
 hypothesis.settings.register_profile("citegate", deadline=None)
 hypothesis.settings.load_profile("citegate")
 
-SHARED = Path(__file__).resolve().parents[2] / "shared"
-CORPUS = SHARED / "corpus" / "pdf"
-FIXTURES = SHARED / "fixtures" / "anthropic"
-
 
 def _run(coro: object) -> object:
     return asyncio.run(coro)  # type: ignore[arg-type]

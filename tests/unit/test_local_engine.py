@@ -10,7 +10,6 @@ import json
 import math
 import threading
 from collections.abc import AsyncIterator, Callable
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -52,11 +51,8 @@ from app.local_engine.wire import (
     PageLocation,
     TextBlock,
 )
+from tests.fixture_files import AMAZON_PDF, CORPUS
 
-SHARED = Path(__file__).resolve().parents[3] / "shared"
-FIXTURES = SHARED / "fixtures" / "anthropic"
-CORPUS = SHARED / "corpus" / "pdf"
-AMAZON_PDF = FIXTURES / "amazon_2023_letter.pdf"
 AMAZON_QUESTION = "What was Amazon's total revenue in 2023 and how much did it grow year-over-year?"
 GRASS_SKY = "The grass is green. The sky is blue."
 GRASS_SKY_QUESTION = "What color is the grass and sky?"
