@@ -33,9 +33,6 @@ from tests.fake_upstream import FakeUpstream
 hypothesis.settings.register_profile("citegate", deadline=None)
 hypothesis.settings.load_profile("citegate")
 
-SHARED = Path(__file__).resolve().parents[2] / "shared"
-CORPUS = SHARED / "corpus" / "pdf"
-FIXTURES = SHARED / "fixtures" / "anthropic"
 REDIS_URL = "redis://127.0.0.1:6379/0"
 
 

@@ -13,7 +13,8 @@ import httpx
 import pytest
 
 from app.settings import Settings
-from tests.conftest import CORPUS, FIXTURES, ServedApp, count_rows
+from tests.conftest import ServedApp, count_rows
+from tests.fixture_files import CORPUS, FIXTURES
 
 GRASS_SKY = "The grass is green. The sky is blue."
 MANIFEST = json.loads((CORPUS / "manifest.json").read_text())
