@@ -145,7 +145,7 @@ class _EventStream(EventSourceResponse):
     """
 
     async def _send_with_timeout(self, send: Send, message: Message) -> None:
-        await send(message)  # bounded by the _SendWatch that __call__ wraps around ``send``
+        await send(message)  # no scope: with a timeout, __call__'s _SendWatch bounds it
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if self.send_timeout is None:
