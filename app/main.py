@@ -29,10 +29,10 @@ from app.upstream.client import UpstreamClient, create_http_client
 
 log = logging.getLogger(__name__)
 
-# Python's default (700, 10, 10) makes a full collection every 70,000 net allocations: with 500
-# streams open, every second or two, each stopping the event loop for 80-130 ms while it walks
-# their objects (bench/streams.py). Young garbage is still collected young; full passes come a
-# hundred times less often.
+# Python's default (700, 10, 10) makes a full collection every 70,000 net allocations, which many
+# open streams reach often, and each full pass stops the event loop while it walks all their
+# objects (bench/streams.py measures it). Young garbage is still collected young; full passes
+# come a hundred times less often.
 GC_THRESHOLDS = (700, 10, 1000)
 
 
