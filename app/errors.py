@@ -1,14 +1,19 @@
-"""Citegate's errors and the one handler that renders them as RFC 9457 problem documents.
+"""Citegate's errors, their codes, and the one handler that renders them as RFC 9457 problems.
 
-    CitegateError                 any error a client can act on; carries status and a stable code
-    ├── NotFound                  404: unknown id, another tenant's id, unknown route
+``ErrorCode`` is the one list of the codes Citegate answers: each carries its status and says
+when it is given. The README's error table is printed from it (``python -m app.errors``) and
+the OpenAPI problem declarations are built from it (``app.api.problems``).
+
+    CitegateError                 any error a client can act on; its code gives its status
+    ├── NotFound                  404: unknown id, another tenant's id
     ├── InvalidRequest            422: the request is well-formed but cannot be honoured
     │   └── InvalidDocument       422: the uploaded document cannot be read (pdf_encrypted, …)
     ├── Unauthorized              401: no key, a malformed, unknown or revoked key (one answer)
     ├── RateLimited               429: a per-key limit is reached; says when to retry
     ├── Conflict                  409: e.g. a conversation already answering a follow-up
     ├── PayloadTooLarge           413: the body or document exceeds the size limit
-    └── UnsupportedMediaType      415: neither PDF nor text
+    ├── UnsupportedMediaType      415: neither PDF nor text
+    └── UpstreamError             502, 503, 504, …: see app.upstream.errors
 
 Services raise these; they never import FastAPI. Anything else that escapes a route is logged
 and answered with a bare 500 ``internal_error`` that carries no detail.
@@ -17,9 +22,10 @@ and answered with a bare 500 ``internal_error`` that carries no detail.
 from __future__ import annotations
 
 import logging
+import sys
 from collections.abc import Mapping
-from http import HTTPStatus
-from typing import Any
+from enum import StrEnum
+from typing import Any, ClassVar
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -29,88 +35,6 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 log = logging.getLogger(__name__)
 
 PROBLEM_MEDIA_TYPE = "application/problem+json"
-
-
-class CitegateError(Exception):
-    """An error with an HTTP status and a stable snake_case ``code``."""
-
-    status = 400
-    code = "bad_request"
-
-    def __init__(
-        self,
-        detail: str,
-        *,
-        code: str | None = None,
-        headers: Mapping[str, str] | None = None,
-        **extra: Any,
-    ) -> None:
-        super().__init__(detail)
-        self.detail = detail
-        if code is not None:
-            self.code = code
-        self.headers = headers
-        self.extra = extra
-
-
-class NotFound(CitegateError):
-    status = 404
-    code = "not_found"
-
-
-class InvalidRequest(CitegateError):
-    status = 422
-    code = "invalid_request"
-
-
-class InvalidDocument(InvalidRequest):
-    code = "invalid_document"
-
-
-class Conflict(CitegateError):
-    status = 409
-    code = "conflict"
-
-
-class Unauthorized(CitegateError):
-    status = 401
-    code = "unauthorized"
-
-    def __init__(self) -> None:
-        # The same words for every failure: nothing tells whether a key exists.
-        super().__init__(
-            "A valid API key is required: Authorization: Bearer <key>.",
-            headers={"WWW-Authenticate": "Bearer"},
-        )
-
-
-class RateLimited(CitegateError):
-    status = 429
-    code = "rate_limited"
-
-    def __init__(self, detail: str, retry_after: int) -> None:
-        super().__init__(detail, headers={"Retry-After": str(retry_after)}, retry_after=retry_after)
-
-
-class PayloadTooLarge(CitegateError):
-    status = 413
-    code = "payload_too_large"
-
-
-class UnsupportedMediaType(CitegateError):
-    status = 415
-    code = "unsupported_media_type"
-
-
-# Codes for errors raised by the framework itself rather than by our services.
-_HTTP_CODES = {
-    400: "malformed_body",
-    404: "not_found",
-    405: "method_not_allowed",
-    413: "payload_too_large",
-    415: "unsupported_media_type",
-}
-
 
 # Our own titles: Python's status phrases change between versions (422, 413 did in 3.13).
 _TITLES = {
@@ -130,49 +54,301 @@ _TITLES = {
 }
 
 
-def problem_body(status: int, code: str, detail: str, **extra: Any) -> dict[str, Any]:
+class ErrorCode(StrEnum):
+    """Every ``code`` Citegate answers, with its HTTP status and when it is given.
+
+    A member is its code as a string (``ErrorCode.NOT_FOUND == "not_found"``); ``status``,
+    ``problem_title`` and ``when`` say the rest. The order is the README's.
+    """
+
+    status: int
+    when: str
+
+    def __new__(cls, code: str, status: int, when: str) -> ErrorCode:
+        member = str.__new__(cls, code)
+        member._value_ = code
+        member.status = status
+        member.when = when
+        return member
+
+    @property
+    def problem_title(self) -> str:
+        """The problem's ``title``: one stable phrase per status (``title`` is a str method)."""
+        return _TITLES[self.status]
+
+    @classmethod
+    def of(cls, code: str) -> ErrorCode:
+        """The member whose code this is; a ValueError for any other string."""
+        try:
+            return _CODES[code]
+        except KeyError:
+            raise ValueError(f"{code!r} is not an ErrorCode") from None
+
+    # The request itself
+    VALIDATION_ERROR = (
+        "validation_error",
+        422,
+        "a field is missing or invalid (`errors` lists them)",
+    )
+    MALFORMED_BODY = (
+        "malformed_body",
+        400,
+        "a body that is not UTF-8 JSON, or a broken multipart form",
+    )
+    HTTP_ERROR = "http_error", 400, "any other request that the HTTP layer refuses"
+    NOT_FOUND = "not_found", 404, "no route has this path"
+    METHOD_NOT_ALLOWED = "method_not_allowed", 405, "the path does not take this method"
+    PAYLOAD_TOO_LARGE = (
+        "payload_too_large",
+        413,
+        "a body or document over `CITEGATE_MAX_DOCUMENT_BYTES`",
+    )
+    INVALID_CURSOR = "invalid_cursor", 422, "a `cursor` that Citegate did not make"
+    # Keys and limits
+    UNAUTHORIZED = "unauthorized", 401, "no key, or a malformed, unknown or revoked one"
+    RATE_LIMITED = "rate_limited", 429, "a per-key limit; `Retry-After` says when"
+    API_KEY_NOT_FOUND = (
+        "api_key_not_found",
+        404,
+        "`citegate keys revoke` of an unknown key id (the CLI only)",
+    )
+    # Documents
+    DOCUMENT_NOT_FOUND = "document_not_found", 404, "an unknown or deleted document id"
+    UNSUPPORTED_MEDIA_TYPE = "unsupported_media_type", 415, "a document neither PDF nor text"
+    EMPTY_DOCUMENT = "empty_document", 422, "an empty or whitespace-only file"
+    TEXT_NOT_UTF8 = "text_not_utf8", 422, "text that is not UTF-8"
+    INVALID_TEXT = "invalid_text", 422, "text holding a NUL character"
+    INVALID_BASE64 = "invalid_base64", 422, "`source.data` is not base64"
+    PDF_INVALID = (
+        "pdf_invalid",
+        422,
+        "a damaged or truncated PDF, or no PDF where one was declared",
+    )
+    PDF_ENCRYPTED = "pdf_encrypted", 422, "an encrypted PDF"
+    # Answers and conversations
+    ANSWER_NOT_FOUND = "answer_not_found", 404, "an unknown answer id"
+    CONVERSATION_NOT_FOUND = (
+        "conversation_not_found",
+        404,
+        "an unknown or deleted conversation id",
+    )
+    DUPLICATE_DOCUMENT_IDS = (
+        "duplicate_document_ids",
+        422,
+        "`document_ids` lists a document more than once",
+    )
+    DOCUMENT_NOT_CITABLE = (
+        "document_not_citable",
+        422,
+        'a question about a document without text (`"citable": false`)',
+    )
+    TOO_MANY_PDF_PAGES = (
+        "too_many_pdf_pages",
+        422,
+        "PDFs with more pages in all than `CITEGATE_MAX_PDF_PAGES_PER_REQUEST`",
+    )
+    DOCUMENT_TOO_LARGE = (
+        "document_too_large",
+        422,
+        'documents that do not fit one request whole, asked with `"mode": "documents"`',
+    )
+    CONVERSATION_BUSY = (
+        "conversation_busy",
+        409,
+        "a follow-up while the conversation answers another",
+    )
+    # The upstream Messages API
+    UPSTREAM_REJECTED = (
+        "upstream_rejected",
+        422,
+        "the Messages API refused the request (its message is in `detail`)",
+    )
+    UPSTREAM_REQUEST_TOO_LARGE = (
+        "upstream_request_too_large",
+        413,
+        "the Messages API refused the request as too large",
+    )
+    UPSTREAM_RATE_LIMITED = (
+        "upstream_rate_limited",
+        503,
+        "the Messages API rate limits Citegate, after retries; with `Retry-After`",
+    )
+    UPSTREAM_OVERLOADED = (
+        "upstream_overloaded",
+        503,
+        "the Messages API is overloaded, after retries; with `Retry-After`",
+    )
+    UPSTREAM_TIMEOUT = "upstream_timeout", 504, "the Messages API did not answer in time"
+    UPSTREAM_BAD_RESPONSE = (
+        "upstream_bad_response",
+        502,
+        "the Messages API answered something that is not a valid message",
+    )
+    UPSTREAM_AUTH_FAILED = (
+        "upstream_auth_failed",
+        502,
+        "the Messages API refused Citegate's own key",
+    )
+    UPSTREAM_UNAVAILABLE = (
+        "upstream_unavailable",
+        502,
+        "the Messages API failed after retries, or cannot be reached",
+    )
+    UPSTREAM_STREAM_INTERRUPTED = (
+        "upstream_stream_interrupted",
+        502,
+        "the stream from the Messages API broke off in the middle of the answer",
+    )
+    # Ours
+    INTERNAL_ERROR = "internal_error", 500, "a failure of Citegate itself (logged; no detail)"
+
+
+_CODES: dict[str, ErrorCode] = {str(code): code for code in ErrorCode}
+
+
+class CitegateError(Exception):
+    """An error with a stable ``code``; the code gives its HTTP status.
+
+    ``code`` may be given as a plain string, which must name a member of ``ErrorCode``
+    (tests/unit/test_error_codes.py checks every code written in app/).
+    """
+
+    # The code a subclass raises when none is given; None means that each raise names one.
+    default_code: ClassVar[ErrorCode | None] = None
+    # The status every code of this class has, when the class stands for one status.
+    kind_status: ClassVar[int | None] = None
+
+    def __init__(
+        self,
+        detail: str,
+        *,
+        code: ErrorCode | None = None,
+        headers: Mapping[str, str] | None = None,
+        **extra: Any,
+    ) -> None:
+        super().__init__(detail)
+        chosen = self.default_code if code is None else ErrorCode.of(code)
+        if chosen is None:
+            raise TypeError(f"{type(self).__name__} needs a code")
+        if self.kind_status is not None and chosen.status != self.kind_status:
+            raise TypeError(
+                f"{type(self).__name__} is {self.kind_status}; {chosen} is {chosen.status}"
+            )
+        self.code: ErrorCode = chosen
+        self.detail = detail
+        self.headers = headers
+        self.extra = extra
+
+    @property
+    def status(self) -> int:
+        return self.code.status
+
+
+class NotFound(CitegateError):
+    kind_status = 404
+
+
+class InvalidRequest(CitegateError):
+    kind_status = 422
+
+
+class InvalidDocument(InvalidRequest):
+    pass
+
+
+class Conflict(CitegateError):
+    kind_status = 409
+
+
+class Unauthorized(CitegateError):
+    default_code = ErrorCode.UNAUTHORIZED
+
+    def __init__(self) -> None:
+        # The same words for every failure: nothing tells whether a key exists.
+        super().__init__(
+            "A valid API key is required: Authorization: Bearer <key>.",
+            headers={"WWW-Authenticate": "Bearer"},
+        )
+
+
+class RateLimited(CitegateError):
+    default_code = ErrorCode.RATE_LIMITED
+
+    def __init__(self, detail: str, retry_after: int) -> None:
+        super().__init__(detail, headers={"Retry-After": str(retry_after)}, retry_after=retry_after)
+
+
+class PayloadTooLarge(CitegateError):
+    default_code = ErrorCode.PAYLOAD_TOO_LARGE
+    kind_status = 413
+
+
+class UnsupportedMediaType(CitegateError):
+    default_code = ErrorCode.UNSUPPORTED_MEDIA_TYPE
+    kind_status = 415
+
+
+# Codes for errors raised by the framework itself rather than by our services.
+_HTTP_CODES = {
+    code.status: code
+    for code in (
+        ErrorCode.MALFORMED_BODY,
+        ErrorCode.NOT_FOUND,
+        ErrorCode.METHOD_NOT_ALLOWED,
+        ErrorCode.PAYLOAD_TOO_LARGE,
+        ErrorCode.UNSUPPORTED_MEDIA_TYPE,
+    )
+}
+
+
+def problem_body(code: ErrorCode, detail: str, **extra: Any) -> dict[str, Any]:
     """An RFC 9457 problem document: type, title, status, detail, code, plus extra members."""
     return {
         "type": f"urn:citegate:problem:{code}",
-        "title": _TITLES.get(status) or HTTPStatus(status).phrase,
-        "status": status,
+        "title": code.problem_title,
+        "status": code.status,
         "detail": detail,
-        "code": code,
+        "code": str(code),
         **extra,
     }
 
 
 def problem_of(error: CitegateError) -> dict[str, Any]:
-    return problem_body(error.status, error.code, error.detail, **error.extra)
+    return problem_body(error.code, error.detail, **error.extra)
 
 
 def problem_response(
-    status: int,
-    code: str,
+    code: ErrorCode,
     detail: str,
     headers: Mapping[str, str] | None = None,
     **extra: Any,
 ) -> JSONResponse:
-    """A problem+json response."""
-    body = problem_body(status, code, detail, **extra)
-    return JSONResponse(body, status_code=status, headers=headers, media_type=PROBLEM_MEDIA_TYPE)
+    """A problem+json response, with the status of its code."""
+    body = problem_body(code, detail, **extra)
+    return JSONResponse(
+        body, status_code=code.status, headers=headers, media_type=PROBLEM_MEDIA_TYPE
+    )
 
 
 async def _citegate_error(_: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, CitegateError)
-    return problem_response(exc.status, exc.code, exc.detail, headers=exc.headers, **exc.extra)
+    return problem_response(exc.code, exc.detail, headers=exc.headers, **exc.extra)
 
 
-async def _http_error(_: Request, exc: Exception) -> JSONResponse:
+async def _http_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, StarletteHTTPException)
-    code = _HTTP_CODES.get(exc.status_code, "http_error")
-    detail = exc.detail if isinstance(exc.detail, str) else HTTPStatus(exc.status_code).phrase
+    code = _HTTP_CODES.get(exc.status_code)
+    if code is None:
+        if not 400 <= exc.status_code < 500:
+            return await _unexpected_error(request, exc)
+        code = ErrorCode.HTTP_ERROR
+    detail = exc.detail if isinstance(exc.detail, str) else code.problem_title
     headers = dict(exc.headers or {})
-    if exc.status_code == 413:
+    if code is ErrorCode.PAYLOAD_TOO_LARGE:
         detail = "The request body exceeds the size limit."
         # The rest of the body is never read: close rather than wait for the client to send it.
         headers["Connection"] = "close"
-    return problem_response(exc.status_code, code, detail, headers=headers)
+    return problem_response(code, detail, headers=headers)
 
 
 async def _validation_error(_: Request, exc: Exception) -> JSONResponse:
@@ -182,13 +358,13 @@ async def _validation_error(_: Request, exc: Exception) -> JSONResponse:
         for err in exc.errors()
     ]
     return problem_response(
-        422, "validation_error", "The request is not valid; see errors.", errors=errors
+        ErrorCode.VALIDATION_ERROR, "The request is not valid; see errors.", errors=errors
     )
 
 
 async def _unexpected_error(_: Request, exc: Exception) -> JSONResponse:
     log.exception("unhandled error", exc_info=exc)
-    return problem_response(500, "internal_error", "An unexpected error occurred.")
+    return problem_response(ErrorCode.INTERNAL_ERROR, "An unexpected error occurred.")
 
 
 def install_error_handlers(app: FastAPI) -> None:
@@ -197,3 +373,16 @@ def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(StarletteHTTPException, _http_error)
     app.add_exception_handler(RequestValidationError, _validation_error)
     app.add_exception_handler(Exception, _unexpected_error)
+
+
+README_HEADER = "| code | status | when |\n|---|---|---|\n"
+
+
+def readme_table() -> str:
+    """The README's table of error codes, one row per code in the enumeration's order."""
+    rows = "".join(f"| `{code}` | {code.status} | {code.when} |\n" for code in ErrorCode)
+    return README_HEADER + rows
+
+
+if __name__ == "__main__":
+    sys.stdout.write(readme_table())

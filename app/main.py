@@ -29,10 +29,10 @@ from app.upstream.client import UpstreamClient, create_http_client
 
 log = logging.getLogger(__name__)
 
-# Python's default (700, 10, 10) makes a full collection every 70,000 net allocations: with 500
-# streams open, every second or two, each stopping the event loop for 80-130 ms while it walks
-# their objects (bench/streams.py). Young garbage is still collected young; full passes come a
-# hundred times less often.
+# Python's default (700, 10, 10) makes a full collection every 70,000 net allocations, which many
+# open streams reach often, and each full pass stops the event loop while it walks all their
+# objects (bench/streams.py measures it). Young garbage is still collected young; full passes
+# come a hundred times less often.
 GC_THRESHOLDS = (700, 10, 1000)
 
 
@@ -81,7 +81,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     metrics = Metrics()
     app.state.settings = settings
     app.state.metrics = metrics
-    app.state.key_limits = KeyLimits(settings)
+    app.state.key_limits = KeyLimits(settings, metrics)
     app.state.key_cache = keys.KeyCache(settings.recheck_seconds)
     app.state.source_cache = SourceCache(settings.source_cache_chars, settings.recheck_seconds)
     install_error_handlers(app)

@@ -97,6 +97,19 @@ class Metrics:
             buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5),
             registry=r,
         )
+        self.rate_limit_store_errors = Counter(
+            "citegate_rate_limit_store_errors",
+            "Calls to the rate-limit store (Redis) that failed or timed out, by operation.",
+            ["operation"],
+            registry=r,
+        )
+        self.rate_limit_fail_open = Counter(
+            "citegate_rate_limit_fail_open",
+            "Limit checks and token spends let through uncounted because the rate-limit "
+            "store could not answer, by limit (requests or tokens).",
+            ["limit"],
+            registry=r,
+        )
         self.unverified = Counter(
             "citegate_answers_with_unverified_citations",
             "Answers with at least one citation that did not verify against the stored text.",

@@ -90,6 +90,12 @@ class Settings(BaseSettings):
     sse_keepalive_seconds: float = Field(
         default=15.0, gt=0, description="Seconds of silence before a keep-alive comment."
     )
+    stream_send_timeout_seconds: float = Field(
+        default=30.0,
+        ge=0,
+        description="A stream whose client reads nothing for this long is ended and its answer "
+        "stored as cancelled; 0: wait for the client as long as its connection is open.",
+    )
     max_pdf_pages_per_request: int = Field(
         default=600, ge=1, description="The upstream's PDF page limit for one request."
     )

@@ -20,7 +20,7 @@ import pypdfium2 as pdfium
 from harness import peak_rss_mib, running
 
 ROOT = Path(__file__).resolve().parents[1]
-PDF = ROOT.parent / "shared" / "corpus" / "pdf" / "GeoTopo-komprimiert.pdf"
+PDF = ROOT / "tests" / "fixtures" / "pdf" / "GeoTopo-komprimiert.pdf"
 WORDS = (
     "the of and to in is was for on that with as by at from it an be this which are or have "
     "not were but had has its been more their can one all also other into two new first after "

@@ -11,6 +11,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import coredis
 import httpx
 import hypothesis
 import pytest
@@ -32,9 +33,7 @@ from tests.fake_upstream import FakeUpstream
 hypothesis.settings.register_profile("citegate", deadline=None)
 hypothesis.settings.load_profile("citegate")
 
-SHARED = Path(__file__).resolve().parents[2] / "shared"
-CORPUS = SHARED / "corpus" / "pdf"
-FIXTURES = SHARED / "fixtures" / "anthropic"
+REDIS_URL = "redis://127.0.0.1:6379/0"
 
 
 def _run(coro: object) -> object:
@@ -177,3 +176,18 @@ def count_rows(database_url: str, tables: tuple[str, ...] = DOCUMENT_TABLES) -> 
         return counts
 
     return asyncio.run(count())
+
+
+def delete_rate_limit_counters(identifier: str) -> None:
+    """Delete the Redis counters of the tenant or key this id names: tests share one Redis."""
+
+    async def delete() -> None:
+        redis = coredis.Redis.from_url(REDIS_URL)
+        try:
+            names = [n async for n in redis.scan_iter(match=f"citegate:LIMITER/*{identifier}/*")]
+            if names:
+                await redis.delete(names)
+        finally:
+            redis.connection_pool.disconnect()
+
+    asyncio.run(delete())

@@ -36,7 +36,7 @@ from app.documents.sources import (
     load_sources,
     request_limits,
 )
-from app.errors import CitegateError, problem_of
+from app.errors import CitegateError, ErrorCode, problem_of
 from app.ids import new_id
 from app.observability import Metrics
 from app.search.service import Passage, search_passages
@@ -330,7 +330,7 @@ async def open_stream(
         if not answer.started:
             raise UpstreamError(
                 "The upstream API ended the stream before it began.",
-                code="upstream_bad_response",
+                code=ErrorCode.UPSTREAM_BAD_RESPONSE,
                 request_id=upstream.request_id,
             )
     except BaseException:
@@ -413,15 +413,16 @@ class RelayedAnswer:
             if not answer.finished:
                 raise UpstreamError(
                     "The upstream stream ended before the answer did.",
-                    code="upstream_stream_interrupted",
+                    code=ErrorCode.UPSTREAM_STREAM_INTERRUPTED,
                     request_id=self._request_id,
                 )
         except UpstreamError as exc:
             failure = exc
         except Exception:
             log.exception("streamed answer %s broke", prepared.id)
-            failure = CitegateError("The answer could not be streamed.", code="internal_error")
-            failure.status = 500
+            failure = CitegateError(
+                "The answer could not be streamed.", code=ErrorCode.INTERNAL_ERROR
+            )
         except BaseException:
             # The client went away (cancelled) or stopped reading: keep what arrived.
             await self.close("cancelled")

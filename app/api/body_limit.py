@@ -10,7 +10,7 @@ from __future__ import annotations
 from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from app.errors import problem_response
+from app.errors import ErrorCode, problem_response
 from app.settings import MIB, Settings
 
 
@@ -33,8 +33,7 @@ class DeclaredLengthLimit:
             declared = Headers(scope=scope).get("content-length", "")
             if declared.isdigit() and int(declared) > limit:
                 response = problem_response(
-                    413,
-                    "payload_too_large",
+                    ErrorCode.PAYLOAD_TOO_LARGE,
                     f"The request body is {declared} bytes; the limit is {limit}.",
                     headers={"Connection": "close"},
                 )

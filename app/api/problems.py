@@ -2,7 +2,8 @@
 
 Every error is rendered by ``app.errors`` as an RFC 9457 problem document; ``Problem`` is its
 schema, published as the ``Problem`` component. ``problems(404, 422)`` declares those statuses
-with that schema, a description and an example, for a route's ``responses``.
+with that schema, a description that lists the codes of that status (from ``ErrorCode``) and
+an example, for a route's ``responses``.
 
 The component is registered by the routes whose every body is a problem document (the
 ``204 No Content`` deletes, with ``response_class=ProblemResponse`` and ``model=True``): FastAPI
@@ -20,7 +21,7 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.json_schema import SkipJsonSchema
 
-from app.errors import PROBLEM_MEDIA_TYPE, problem_body
+from app.errors import PROBLEM_MEDIA_TYPE, ErrorCode, problem_body
 
 PROBLEM_REF = "#/components/schemas/Problem"
 
@@ -42,7 +43,9 @@ class Problem(BaseModel):
     model_config = ConfigDict(
         json_schema_extra={
             "examples": [
-                problem_body(404, "document_not_found", "No document with id 'doc_01jf3k2m4n5p'.")
+                problem_body(
+                    ErrorCode.DOCUMENT_NOT_FOUND, "No document with id 'doc_01jf3k2m4n5p'."
+                )
             ]
         }
     )
@@ -56,8 +59,12 @@ class Problem(BaseModel):
     detail: str = Field(description="What went wrong, for a person to read.")
     code: str = Field(
         pattern=r"^[a-z][a-z0-9_]*$",
-        description="A stable snake_case machine name, e.g. `document_not_found`.",
-        examples=["document_not_found"],
+        description=(
+            "A stable snake_case machine name, e.g. `document_not_found`. The codes of today "
+            "are the examples; each error response lists those of its status. A client should "
+            "still expect new ones."
+        ),
+        examples=[str(code) for code in ErrorCode],
     )
     errors: list[FieldError] | SkipJsonSchema[None] = Field(
         default=None, description="The invalid fields, for `validation_error`."
@@ -78,8 +85,23 @@ class ProblemResponse(JSONResponse):
     media_type = PROBLEM_MEDIA_TYPE
 
 
-def _example(status: int, code: str, detail: str, **extra: Any) -> dict[str, Any]:
-    return problem_body(status, code, detail, **extra)
+# Codes that no route declares: given before any route matches, or never over HTTP. They are
+# listed with the others in the Problem component's `code`.
+_NOT_FROM_A_ROUTE = {
+    ErrorCode.NOT_FOUND,
+    ErrorCode.METHOD_NOT_ALLOWED,
+    ErrorCode.API_KEY_NOT_FOUND,
+}
+
+
+def codes_of(status: int) -> list[ErrorCode]:
+    """The codes that a route's response with this status can carry, in the enumeration's order."""
+    return [code for code in ErrorCode if code.status == status and code not in _NOT_FROM_A_ROUTE]
+
+
+def _described(status: int, description: str) -> str:
+    listed = "\n".join(f"- `{code}`: {code.when}" for code in codes_of(status))
+    return f"{description}\n\n`code` is one of:\n\n{listed}"
 
 
 _RETRY_AFTER = {
@@ -93,12 +115,14 @@ _DECLARATIONS: dict[int, tuple[str, dict[str, Any], dict[str, Any]]] = {
     # status: (description, example, headers)
     400: (
         "The body cannot be parsed: JSON that is not UTF-8, or a broken multipart form.",
-        _example(400, "malformed_body", "There was an error parsing the body"),
+        problem_body(ErrorCode.MALFORMED_BODY, "There was an error parsing the body"),
         {},
     ),
     401: (
         "No API key, or one that is malformed, unknown or revoked.",
-        _example(401, "unauthorized", "A valid API key is required: Authorization: Bearer <key>."),
+        problem_body(
+            ErrorCode.UNAUTHORIZED, "A valid API key is required: Authorization: Bearer <key>."
+        ),
         {
             "WWW-Authenticate": {
                 "description": "`Bearer`: how to authenticate.",
@@ -108,38 +132,37 @@ _DECLARATIONS: dict[int, tuple[str, dict[str, Any], dict[str, Any]]] = {
     ),
     404: (
         "No such resource for this tenant (another tenant's id answers the same).",
-        _example(404, "document_not_found", "No document with id 'doc_01jf3k2m4n5p'."),
+        problem_body(ErrorCode.DOCUMENT_NOT_FOUND, "No document with id 'doc_01jf3k2m4n5p'."),
         {},
     ),
     409: (
         "The conversation is answering another follow-up; ask again when it is done.",
-        _example(
-            409,
-            "conversation_busy",
+        problem_body(
+            ErrorCode.CONVERSATION_BUSY,
             "The conversation is answering another follow-up; ask again when it is done.",
         ),
         {},
     ),
     413: (
         "The body or the document is larger than the limit.",
-        _example(413, "payload_too_large", "The document exceeds the limit of 33554432 bytes."),
+        problem_body(
+            ErrorCode.PAYLOAD_TOO_LARGE, "The document exceeds the limit of 33554432 bytes."
+        ),
         {},
     ),
     415: (
         "The document is neither a PDF nor UTF-8 text.",
-        _example(
-            415,
-            "unsupported_media_type",
+        problem_body(
+            ErrorCode.UNSUPPORTED_MEDIA_TYPE,
             "Only PDF and UTF-8 plain text documents are supported.",
         ),
         {},
     ),
     422: (
         "The request is invalid (`validation_error` lists the fields in `errors`) or cannot "
-        "be honoured (e.g. `pdf_encrypted`, `invalid_cursor`).",
-        _example(
-            422,
-            "validation_error",
+        "be honoured.",
+        problem_body(
+            ErrorCode.VALIDATION_ERROR,
             "The request is not valid; see errors.",
             errors=[
                 {
@@ -153,16 +176,17 @@ _DECLARATIONS: dict[int, tuple[str, dict[str, Any], dict[str, Any]]] = {
     ),
     429: (
         "The API key's request or token limit is reached; retry after `retry_after` seconds.",
-        _example(
-            429, "rate_limited", "More than 60 requests in a minute with this key.", retry_after=17
+        problem_body(
+            ErrorCode.RATE_LIMITED,
+            "More than 60 requests in a minute with this key.",
+            retry_after=17,
         ),
         _RETRY_AFTER,
     ),
     502: (
         "The upstream API failed or answered something that is not a valid message.",
-        _example(
-            502,
-            "upstream_unavailable",
+        problem_body(
+            ErrorCode.UPSTREAM_UNAVAILABLE,
             "The upstream API is unavailable.",
             upstream_request_id="req_011CV7x8y9z",
         ),
@@ -170,9 +194,8 @@ _DECLARATIONS: dict[int, tuple[str, dict[str, Any], dict[str, Any]]] = {
     ),
     503: (
         "The upstream API is rate limiting or overloaded; retry after `retry_after` seconds.",
-        _example(
-            503,
-            "upstream_overloaded",
+        problem_body(
+            ErrorCode.UPSTREAM_OVERLOADED,
             "The upstream API is overloaded; retry later.",
             upstream_request_id="req_011CV7x8y9z",
             retry_after=1,
@@ -181,9 +204,8 @@ _DECLARATIONS: dict[int, tuple[str, dict[str, Any], dict[str, Any]]] = {
     ),
     504: (
         "The upstream API did not answer in time.",
-        _example(
-            504,
-            "upstream_timeout",
+        problem_body(
+            ErrorCode.UPSTREAM_TIMEOUT,
             "The upstream API did not answer in time.",
             upstream_request_id=None,
         ),
@@ -219,6 +241,7 @@ def problems(*statuses: int, model: bool = False) -> dict[int | str, dict[str, A
     declared: dict[int | str, dict[str, Any]] = {}
     for status in sorted(set(statuses)):
         description, example, headers = _DECLARATIONS[status]
+        description = _described(status, description)
         media: dict[str, Any] = {"example": example}
         if not model:
             media["schema"] = {"$ref": PROBLEM_REF}

@@ -20,7 +20,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.db.models import DEFAULT_TENANT_ID, ApiKey, Tenant, utcnow
-from app.errors import NotFound
+from app.errors import ErrorCode, NotFound
 from app.ids import new_id
 
 KEY_PREFIX = "cg_"
@@ -94,7 +94,7 @@ async def list_keys(session: AsyncSession) -> list[tuple[ApiKey, str]]:
 async def revoke_key(session: AsyncSession, key_id: str) -> ApiKey:
     row = await session.get(ApiKey, key_id)
     if row is None:
-        raise NotFound(f"No API key with id {key_id!r}.", code="api_key_not_found")
+        raise NotFound(f"No API key with id {key_id!r}.", code=ErrorCode.API_KEY_NOT_FOUND)
     if row.revoked_at is None:
         row.revoked_at = utcnow()
         await session.commit()

@@ -15,7 +15,7 @@ from app.db.models import Answer, Conversation, utcnow
 from app.db.tenancy import get_owned, list_newest
 from app.documents import service as documents
 from app.documents.sources import RequestLimits, SourceCache, describe_sources, load_sources
-from app.errors import Conflict
+from app.errors import Conflict, ErrorCode
 from app.ids import new_id
 from app.pagination import Page
 
@@ -113,7 +113,7 @@ async def claim(session: AsyncSession, conversation: Conversation, hold: timedel
     if result.rowcount != 1:  # type: ignore[attr-defined]
         raise Conflict(
             "The conversation is answering another follow-up; ask again when it is done.",
-            code="conversation_busy",
+            code=ErrorCode.CONVERSATION_BUSY,
             headers={"Retry-After": "1"},
         )
     return until

@@ -8,19 +8,25 @@ from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.db.models import Answer, Conversation, Document
-from app.errors import NotFound
+from app.errors import ErrorCode, NotFound
 from app.pagination import Page, decode_cursor, paginate
 
 Owned = TypeVar("Owned", Document, Answer, Conversation)
+
+_NOT_FOUND: dict[type[Document | Answer | Conversation], ErrorCode] = {
+    Document: ErrorCode.DOCUMENT_NOT_FOUND,
+    Answer: ErrorCode.ANSWER_NOT_FOUND,
+    Conversation: ErrorCode.CONVERSATION_NOT_FOUND,
+}
 
 
 async def get_owned(
     session: AsyncSession, model: type[Owned], tenant_id: str, row_id: str, what: str
 ) -> Owned:
-    """The tenant's row with that id, else 404 ``{what}_not_found``."""
+    """The tenant's row with that id, else 404 ``document_not_found`` (or answer, conversation)."""
     row = await session.get(model, row_id)
     if row is None or row.tenant_id != tenant_id:
-        raise NotFound(f"No {what} with id {row_id!r}.", code=f"{what}_not_found")
+        raise NotFound(f"No {what} with id {row_id!r}.", code=_NOT_FOUND[model])
     return row
 
 

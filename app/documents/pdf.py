@@ -16,6 +16,8 @@ import pypdf
 import pypdfium2 as pdfium
 import pypdfium2.raw as pdfium_c
 
+from app.errors import ErrorCode
+
 log = logging.getLogger(__name__)
 
 # A page whose text is shorter than this and that an image covers almost entirely is a scan:
@@ -32,7 +34,7 @@ _PDFIUM = threading.Lock()
 class PdfError(Exception):
     """The PDF cannot be read. ``code`` says why: ``pdf_encrypted`` or ``pdf_invalid``."""
 
-    def __init__(self, code: str, detail: str) -> None:
+    def __init__(self, code: ErrorCode, detail: str) -> None:
         super().__init__(detail)
         self.code = code
         self.detail = detail
@@ -63,13 +65,13 @@ def _extract_with_pdfium(data: bytes) -> PdfText | None:
         document = pdfium.PdfDocument(data)
     except pdfium.PdfiumError as exc:
         if exc.err_code == pdfium_c.FPDF_ERR_PASSWORD:
-            raise PdfError("pdf_encrypted", "The PDF is encrypted.") from exc
+            raise PdfError(ErrorCode.PDF_ENCRYPTED, "The PDF is encrypted.") from exc
         log.info("PDFium refused the file (%s); trying pypdf", exc)
         return None
     try:
         # The upstream refuses encrypted PDFs, even those that open without a password.
         if pdfium_c.FPDF_GetSecurityHandlerRevision(document.raw) != -1:
-            raise PdfError("pdf_encrypted", "The PDF is encrypted.")
+            raise PdfError(ErrorCode.PDF_ENCRYPTED, "The PDF is encrypted.")
         pages: list[str] = []
         without_text: list[int] = []
         for number, page in enumerate(document, start=1):
@@ -104,16 +106,16 @@ def _extract_with_pypdf(data: bytes) -> PdfText:
     try:
         reader = pypdf.PdfReader(io.BytesIO(data))
         if reader.is_encrypted:
-            raise PdfError("pdf_encrypted", "The PDF is encrypted.")
+            raise PdfError(ErrorCode.PDF_ENCRYPTED, "The PDF is encrypted.")
         pages = [_storable(page.extract_text() or "") for page in reader.pages]
     except PdfError:
         raise
     except Exception as exc:  # pypdf raises many types on damaged files
         raise PdfError(
-            "pdf_invalid", "The PDF is damaged or truncated and cannot be read."
+            ErrorCode.PDF_INVALID, "The PDF is damaged or truncated and cannot be read."
         ) from exc
     if not pages:
-        raise PdfError("pdf_invalid", "The PDF has no pages.")
+        raise PdfError(ErrorCode.PDF_INVALID, "The PDF has no pages.")
     without_text = [number for number, text in enumerate(pages, 1) if not text.strip()]
     return PdfText(pages, without_text, "pypdf")
 

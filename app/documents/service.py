@@ -30,10 +30,10 @@ from app.documents.kinds import (
 )
 from app.documents.schemas import Base64PdfSource, DocumentSource, TextSource
 from app.documents.sources import SourceCache
-from app.errors import InvalidDocument, InvalidRequest, PayloadTooLarge
+from app.errors import ErrorCode, InvalidDocument, PayloadTooLarge
 from app.ids import new_id
 from app.observability import note_ingested
-from app.pagination import Page, decode_cursor, paginate
+from app.pagination import Page, decode_index_cursor, paginate
 
 log = logging.getLogger(__name__)
 
@@ -107,7 +107,7 @@ async def store_source(
         )
     blocks = [block.text for block in source.content]
     if any("\x00" in block for block in blocks):
-        raise InvalidDocument("The text contains a NUL character.", code="invalid_text")
+        raise InvalidDocument("The text contains a NUL character.", code=ErrorCode.INVALID_TEXT)
     # Its size is that of its stored form, made (and hashed) off the event loop.
     data = await to_thread.run_sync(CONTENT.stored_form, blocks)
     return await store_bytes(session, tenant_id, data, fields, max_bytes=max_bytes, kind=CONTENT)
@@ -117,13 +117,15 @@ def _decode_base64(data: str) -> bytes:
     try:
         return base64.b64decode(data, validate=True)
     except (binascii.Error, ValueError) as exc:
-        raise InvalidDocument("source.data is not valid base64.", code="invalid_base64") from exc
+        raise InvalidDocument(
+            "source.data is not valid base64.", code=ErrorCode.INVALID_BASE64
+        ) from exc
 
 
 def _encode_text(text: str) -> bytes:
     """The UTF-8 bytes of text given as JSON (its parser already refused lone surrogates)."""
     if "\x00" in text:
-        raise InvalidDocument("The text contains a NUL character.", code="invalid_text")
+        raise InvalidDocument("The text contains a NUL character.", code=ErrorCode.INVALID_TEXT)
     return text.encode("utf-8")
 
 
@@ -305,10 +307,7 @@ async def list_chunks(
     document = await get_document(session, tenant_id, document_id)
     query = select(DocumentChunk).where(DocumentChunk.document_id == document.id)
     if cursor is not None:
-        after = decode_cursor(cursor)
-        if not after.isdigit():
-            raise InvalidRequest("The cursor is not valid.", code="invalid_cursor")
-        query = query.where(DocumentChunk.chunk_index > int(after))
+        query = query.where(DocumentChunk.chunk_index > decode_index_cursor(cursor))
     query = query.order_by(DocumentChunk.chunk_index).limit(limit + 1)
     rows = (await session.scalars(query)).all()
     return paginate(rows, limit, key=lambda chunk: chunk.chunk_index)

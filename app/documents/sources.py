@@ -19,7 +19,7 @@ from app.answers.prompt import PromptDocument
 from app.db.models import Document, DocumentBlob, DocumentChunk
 from app.documents.index import DocumentIndex, IndexedChunk
 from app.documents.kinds import DocumentKind, StoredParts, kind_named
-from app.errors import InvalidRequest, NotFound
+from app.errors import ErrorCode, InvalidRequest, NotFound
 from app.settings import Settings
 from app.upstream.wire import MAX_DOCUMENTS_PER_REQUEST, MAX_REQUEST_BYTES
 
@@ -68,7 +68,7 @@ class RequestLimits:
             raise DocumentsTooLarge(
                 f"The PDFs have {cost.pdf_pages} pages in all; one request takes at most "
                 f"{self.pdf_pages}.",
-                code="too_many_pdf_pages",
+                code=ErrorCode.TOO_MANY_PDF_PAGES,
             )
         for what, used, limit in (
             ("documents", cost.documents, self.documents),
@@ -80,7 +80,7 @@ class RequestLimits:
                     f"The documents do not fit one request: {used} {what}, at most {limit}. "
                     'Ask with "retrieval": {"mode": "passages"} to send the passages that '
                     "matter instead.",
-                    code="document_too_large",
+                    code=ErrorCode.DOCUMENT_TOO_LARGE,
                 )
 
 
@@ -241,14 +241,16 @@ async def describe(
     documents = []
     for document_id in document_ids:
         if document_id not in found:
-            raise NotFound(f"No document with id {document_id!r}.", code="document_not_found")
+            raise NotFound(
+                f"No document with id {document_id!r}.", code=ErrorCode.DOCUMENT_NOT_FOUND
+            )
         document = found[document_id]
         if not document.citable:
             if skip_uncitable:
                 continue
             raise InvalidRequest(
                 f"Document {document_id!r} has no text to cite ({', '.join(document.warnings)}).",
-                code="document_not_citable",
+                code=ErrorCode.DOCUMENT_NOT_CITABLE,
             )
         documents.append(document)
     return documents
@@ -257,7 +259,7 @@ async def describe(
 def _check_unique(document_ids: Sequence[str]) -> None:
     if len(set(document_ids)) != len(document_ids):
         raise InvalidRequest(
-            "document_ids lists a document more than once.", code="duplicate_document_ids"
+            "document_ids lists a document more than once.", code=ErrorCode.DUPLICATE_DOCUMENT_IDS
         )
 
 
@@ -305,7 +307,9 @@ async def _build(
         if not chunks[document.id] or (kind.sends_original and document.id not in originals):
             # Deleted since it was looked up: on PostgreSQL each statement sees the latest
             # commit. (A citable document always has chunks.)
-            raise NotFound(f"No document with id {document.id!r}.", code="document_not_found")
+            raise NotFound(
+                f"No document with id {document.id!r}.", code=ErrorCode.DOCUMENT_NOT_FOUND
+            )
         texts = [text for text, _ in chunks[document.id]]
         text = "".join(texts)
         parts = StoredParts(text, texts, originals.get(document.id))

@@ -32,6 +32,7 @@ from tenacity import (
     wait_random_exponential,
 )
 
+from app.errors import ErrorCode
 from app.observability import Metrics, note_upstream_request_id
 from app.settings import Settings
 from app.upstream.errors import UpstreamError, error_for_status
@@ -149,7 +150,7 @@ class UpstreamClient:
             log.warning("upstream answered a body that is not a message: %s", exc.errors()[:3])
             raise UpstreamError(
                 "The upstream API answered with something that is not a Messages response.",
-                code="upstream_bad_response",
+                code=ErrorCode.UPSTREAM_BAD_RESPONSE,
                 request_id=request_id,
             ) from exc
 
@@ -160,7 +161,7 @@ class UpstreamClient:
         except ValidationError as exc:
             raise UpstreamError(
                 "The upstream API answered with something that is not a token count.",
-                code="upstream_bad_response",
+                code=ErrorCode.UPSTREAM_BAD_RESPONSE,
                 request_id=request_id_of(response),
             ) from exc
 
@@ -199,11 +200,10 @@ class UpstreamClient:
         except _RetryableStatus as exc:
             response = exc.response
         except httpx.TimeoutException as exc:
-            code = "upstream_unavailable" if isinstance(exc, httpx.ConnectTimeout) else None
-            if code:
+            if isinstance(exc, httpx.ConnectTimeout):
                 raise UpstreamError("The upstream API could not be reached.") from exc
             raise UpstreamError(
-                "The upstream API did not answer in time.", status=504, code="upstream_timeout"
+                "The upstream API did not answer in time.", code=ErrorCode.UPSTREAM_TIMEOUT
             ) from exc
         except httpx.TransportError as exc:
             raise UpstreamError("The upstream API could not be reached.") from exc
@@ -267,21 +267,20 @@ class UpstreamStream:
         except httpx.TimeoutException as exc:
             raise UpstreamError(
                 "The upstream API stopped sending in the middle of the answer.",
-                status=504,
-                code="upstream_timeout",
+                code=ErrorCode.UPSTREAM_TIMEOUT,
                 request_id=self.request_id,
             ) from exc
         except httpx.TransportError as exc:
             raise UpstreamError(
                 "The connection to the upstream API dropped in the middle of the answer.",
-                code="upstream_stream_interrupted",
+                code=ErrorCode.UPSTREAM_STREAM_INTERRUPTED,
                 request_id=self.request_id,
             ) from exc
 
     def _bad(self, what: str) -> UpstreamError:
         return UpstreamError(
             f"The upstream API streamed {what}.",
-            code="upstream_bad_response",
+            code=ErrorCode.UPSTREAM_BAD_RESPONSE,
             request_id=self.request_id,
         )
 

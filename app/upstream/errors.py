@@ -7,18 +7,20 @@ UpstreamError (CitegateError)      every one carries ``upstream_request_id`` whe
 ├── 502 upstream_bad_response      a body that is not a valid Messages response
 ├── 502 upstream_auth_failed       upstream 401/403: our key is wrong (never echoed)
 ├── 502 upstream_unavailable       upstream 5xx after retries, or unreachable
+├── 502 upstream_stream_interrupted the stream broke off mid-answer
 ├── 422 upstream_rejected          upstream 400: e.g. the prompt is too long for the model
 └── 413 upstream_request_too_large upstream 413
+
+The status of each comes from its ``ErrorCode``.
 """
 
 from __future__ import annotations
 
-from app.errors import CitegateError
+from app.errors import CitegateError, ErrorCode
 
 
 class UpstreamError(CitegateError):
-    status = 502
-    code = "upstream_unavailable"
+    default_code = ErrorCode.UPSTREAM_UNAVAILABLE
 
     def __init__(
         self,
@@ -26,8 +28,7 @@ class UpstreamError(CitegateError):
         *,
         request_id: str | None = None,
         retry_after: int | None = None,
-        status: int | None = None,
-        code: str | None = None,
+        code: ErrorCode | None = None,
     ) -> None:
         extra: dict[str, object] = {"upstream_request_id": request_id}
         headers = None
@@ -35,8 +36,6 @@ class UpstreamError(CitegateError):
             extra["retry_after"] = retry_after
             headers = {"Retry-After": str(retry_after)}
         super().__init__(detail, code=code, headers=headers, **extra)
-        if status is not None:
-            self.status = status
         self.request_id = request_id
 
 
@@ -47,37 +46,33 @@ def error_for_status(
     if status == 429:
         return UpstreamError(
             "The upstream API is rate limiting Citegate; retry later.",
-            status=503,
-            code="upstream_rate_limited",
+            code=ErrorCode.UPSTREAM_RATE_LIMITED,
             request_id=request_id,
             retry_after=retry_after or 1,
         )
     if status == 529:
         return UpstreamError(
             "The upstream API is overloaded; retry later.",
-            status=503,
-            code="upstream_overloaded",
+            code=ErrorCode.UPSTREAM_OVERLOADED,
             request_id=request_id,
             retry_after=retry_after or 1,
         )
     if status in (401, 403):
         return UpstreamError(
             "The upstream API refused Citegate's credentials.",
-            code="upstream_auth_failed",
+            code=ErrorCode.UPSTREAM_AUTH_FAILED,
             request_id=request_id,
         )
     if status == 413:
         return UpstreamError(
             f"The upstream API refused the request as too large: {message}",
-            status=413,
-            code="upstream_request_too_large",
+            code=ErrorCode.UPSTREAM_REQUEST_TOO_LARGE,
             request_id=request_id,
         )
     if 400 <= status < 500:
         return UpstreamError(
             f"The upstream API rejected the request: {message}",
-            status=422,
-            code="upstream_rejected",
+            code=ErrorCode.UPSTREAM_REJECTED,
             request_id=request_id,
         )
     return UpstreamError(f"The upstream API failed with status {status}.", request_id=request_id)

@@ -13,8 +13,9 @@ import pytest
 from pydantic import SecretStr
 
 from app.settings import Settings
-from tests.conftest import CORPUS, FIXTURES, Served, behind, count_rows
+from tests.conftest import Served, behind, count_rows
 from tests.fake_upstream import FakeUpstream, Reply, error, message
+from tests.fixture_files import CORPUS, FIXTURES
 
 SECRET = "sk-ant-test-0123456789abcdefghijklmnop"
 

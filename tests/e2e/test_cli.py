@@ -49,6 +49,7 @@ def test_serve_migrates_then_answers(fresh_sqlite: dict[str, str]) -> None:
             "database": "ok",
             "upstream": "local",
             "auth": "open",
+            "rate_limits": "memory",
         }
         created = httpx.post(
             f"http://127.0.0.1:{port}/v1/documents",

@@ -10,8 +10,9 @@ import httpx
 import pytest
 
 from app.settings import Settings
-from tests.conftest import FIXTURES, Served, behind
+from tests.conftest import Served, behind
 from tests.fake_upstream import GRASS, GRASS_ANSWER, FakeUpstream, Reply, message
+from tests.fixture_files import FIXTURES
 
 # The recorded answer, citing the document titled "Colours".
 CITED = [

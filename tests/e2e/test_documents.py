@@ -13,7 +13,8 @@ import httpx
 import pytest
 
 from app.settings import Settings
-from tests.conftest import CORPUS, FIXTURES, ServedApp, count_rows
+from tests.conftest import ServedApp, count_rows
+from tests.fixture_files import CORPUS, FIXTURES
 
 GRASS_SKY = "The grass is green. The sky is blue."
 MANIFEST = json.loads((CORPUS / "manifest.json").read_text())
@@ -392,6 +393,7 @@ def test_health_and_readiness(client: httpx.Client) -> None:
         "database": "ok",
         "upstream": "local",
         "auth": "open",
+        "rate_limits": "memory",
     }
     assert_problem(client.get("/v1/nothing-here"), 404, "not_found")
     assert_problem(client.put("/v1/documents"), 405, "method_not_allowed")

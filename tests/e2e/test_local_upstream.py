@@ -13,7 +13,8 @@ import anthropic
 import httpx
 import pytest
 
-from tests.conftest import CORPUS, FIXTURES, free_port
+from tests.conftest import free_port
+from tests.fixture_files import CORPUS, FIXTURES
 
 # Each corpus PDF with text, a question, and a phrase that must be cited from a known page.
 QUESTIONS = [

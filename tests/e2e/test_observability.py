@@ -8,7 +8,7 @@ import re
 import httpx
 import pytest
 
-from tests.conftest import FIXTURES
+from tests.fixture_files import FIXTURES
 
 
 def sample(metrics: str, name: str, **labels: str) -> float:

@@ -17,6 +17,8 @@ import pytest
 from pydantic import ValidationError
 
 from app.answers.schemas import AnswerRequest
+from app.api.problems import codes_of
+from app.errors import ErrorCode
 from app.openapi import COMMAND, DEFAULT_PATH, document, render
 from app.settings import Settings
 from tests.conftest import behind
@@ -145,6 +147,37 @@ def test_every_error_is_a_documented_problem(spec: dict[str, Any]) -> None:
         if 429 in errors:
             assert "Retry-After" in responses["429"]["headers"], where
     assert "HTTPValidationError" not in spec["components"]["schemas"]
+
+
+def test_every_problem_response_names_the_codes_of_its_status(spec: dict[str, Any]) -> None:
+    for method, path, operation in operations(spec):
+        for status, response in operation["responses"].items():
+            if PROBLEM_MEDIA_TYPE not in response.get("content", {}):
+                continue
+            codes = codes_of(int(status))
+            assert codes, (method, path, status)
+            listed = re.findall(r"^- `([a-z0-9_]+)`: ", response["description"], re.MULTILINE)
+            assert listed == [str(code) for code in codes], (method, path, status)
+            example = response["content"][PROBLEM_MEDIA_TYPE]["example"]
+            assert example["code"] in listed, (method, path, status)
+
+
+def test_every_error_code_is_in_the_document(spec: dict[str, Any]) -> None:
+    problem_codes = spec["components"]["schemas"]["Problem"]["properties"]["code"]["examples"]
+    assert problem_codes == [str(code) for code in ErrorCode]
+    declared = {
+        code
+        for _, _, operation in operations(spec)
+        for response in operation["responses"].values()
+        for code in re.findall(r"^- `([a-z0-9_]+)`: ", response["description"], re.MULTILINE)
+    }
+    # All but those answered before a route matches, or never over HTTP.
+    assert set(ErrorCode) - declared == {
+        ErrorCode.NOT_FOUND,
+        ErrorCode.METHOD_NOT_ALLOWED,
+        ErrorCode.API_KEY_NOT_FOUND,
+        ErrorCode.INTERNAL_ERROR,
+    }
 
 
 def test_the_problem_component(spec: dict[str, Any]) -> None:

@@ -15,9 +15,10 @@ from sqlalchemy.pool import NullPool
 from app.db.engine import create_engine
 from app.db.models import Document
 from app.settings import Settings
-from tests.conftest import CORPUS, ServedApp
+from tests.conftest import ServedApp
 from tests.e2e.test_answers import assert_problem
 from tests.e2e.test_auth import assert_unauthorized, bearer, make_key, revoke
+from tests.fixture_files import CORPUS
 
 
 @pytest.fixture

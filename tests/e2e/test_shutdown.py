@@ -62,7 +62,7 @@ class CitegateProcess:
             assert time.monotonic() < deadline, f"no {text!r} in:\n{self.output}"
             time.sleep(0.02)
 
-    def wait_until_healthy(self, base_url: str, timeout: float = 30) -> None:
+    def wait_until_healthy(self, base_url: str, timeout: float = 90) -> None:
         deadline = time.monotonic() + timeout
         while True:
             try:

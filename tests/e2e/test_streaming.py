@@ -13,8 +13,9 @@ import pytest
 from httpx_sse import connect_sse
 
 from app.settings import Settings
-from tests.conftest import FIXTURES, Served, behind
+from tests.conftest import Served, behind
 from tests.fake_upstream import GRASS, GRASS_ANSWER, FakeUpstream, Reply, error, sse, sse_message
+from tests.fixture_files import FIXTURES
 
 
 @pytest.fixture(scope="module")

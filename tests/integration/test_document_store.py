@@ -16,7 +16,8 @@ from app.db.models import DEFAULT_TENANT_ID, Document
 from app.documents import service
 from app.documents.sources import SourceCache, load_sources
 from app.errors import NotFound
-from tests.conftest import FIXTURES, count_rows
+from tests.conftest import count_rows
+from tests.fixture_files import FIXTURES
 
 NOTHING = {"documents": 0, "document_blobs": 0, "document_chunks": 0}
 

@@ -10,7 +10,6 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import anthropic
@@ -28,9 +27,8 @@ from app.documents.pdf import extract_pdf_text
 from app.local_engine import MODEL_NAME, LocalEngine, create_local_engine_app
 from app.local_engine.documents import upstream_page_text
 from tests.conftest import Served, free_port
+from tests.fixture_files import AMAZON_PDF, FIXTURES
 
-FIXTURES = Path(__file__).resolve().parents[3] / "shared" / "fixtures" / "anthropic"
-AMAZON_PDF = FIXTURES / "amazon_2023_letter.pdf"
 GRASS_SKY = "The grass is green. The sky is blue."
 
 

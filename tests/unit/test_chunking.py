@@ -27,8 +27,10 @@ def assert_tiles(text: str, spans: list[tuple[int, int]]) -> None:
     assert all(start < end for start, end in spans)
     assert all(a[1] == b[0] for a, b in itertools.pairwise(spans))
     assert "".join(text[start:end] for start, end in spans) == text
-    # Whitespace stays with the sentence before it: no chunk but the first starts with any.
+    # Whitespace stays with the sentence before it: no chunk but the first starts with any, and
+    # none is only whitespace, unless the text is.
     assert not any(text[start].isspace() for start, _ in spans[1:])
+    assert text.isspace() or not any(text[start:end].isspace() for start, end in spans)
 
 
 # --- examples ----------------------------------------------------------------------------------
@@ -137,6 +139,89 @@ def test_cjk_full_stops_split_without_a_space() -> None:
 @pytest.mark.parametrize(
     ("text", "expected"),
     [
+        # an ideographic full stop ends a sentence whatever follows it: Latin in lowercase, digits
+        (
+            "我们很开心。iPhone很好用。2024年很好。",
+            ["我们很开心。", "iPhone很好用。", "2024年很好。"],
+        ),
+        ("本当？iPhoneです！ok了。", ["本当？", "iPhoneです！", "ok了。"]),
+        ("我们很开心。 iPhone很好用。", ["我们很开心。 ", "iPhone很好用。"]),
+        # ... and the closing brackets and quotes after it go with it
+        ("他说：「好。」然后走了。", ["他说：「好。」", "然后走了。"]),
+        ("他说：“好！”然后走了。", ["他说：“好！”", "然后走了。"]),
+        ("『はい。』（そうです。）次。", ["『はい。』", "（そうです。）", "次。"]),
+        # but a straight quote after it opens the next sentence
+        ('今日は晴れです。"Yes," he said.', ["今日は晴れです。", '"Yes," he said.']),
+    ],
+)
+def test_ideographic_full_stops_end_a_sentence(text: str, expected: list[str]) -> None:
+    assert sentences(text) == expected
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("Sales rose. 2024 was good.", ["Sales rose. ", "2024 was good."]),
+        ("Really? 5 people came! 10 left.", ["Really? ", "5 people came! ", "10 left."]),
+        ('It fell. "2024 was bad," he said.', ["It fell. ", '"2024 was bad," he said.']),
+        ("Die Zahl stieg. 2024 war gut.", ["Die Zahl stieg. ", "2024 war gut."]),
+        ("Он ушёл. 2024 год был хорошим.", ["Он ушёл. ", "2024 год был хорошим."]),
+        # a number after an abbreviation, an initial or another number goes on the sentence
+        ("See Fig. 3 and vol. 2 for details.", ["See Fig. 3 and vol. 2 for details."]),
+        ("Max. 5 Personen, inkl. 2 Kinder, ab Jan. 2024 hier.", None),
+        ("Smith et al. 2019 showed it.", None),
+        ("At 5 p.m. 3 people left.", None),
+        ("The total was 3. 4 more came.", None),
+        ("It rose by 3 pct. 2024 was better.", None),
+    ],
+)
+def test_a_sentence_may_start_with_a_number(text: str, expected: list[str] | None) -> None:
+    assert sentences(text) == (expected or [text])
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("Heading\n\nBody text. More.", ["Heading\n\n", "Body text. ", "More."]),
+        ("Heading\r\n\r\nBody text.", ["Heading\r\n\r\n", "Body text."]),
+        ("Heading\r\rBody text.", ["Heading\r\r", "Body text."]),
+        ("Heading \n \t\n\nBody text.", ["Heading \n \t\n\n", "Body text."]),
+        ("1 Introduction\n\nWe show it.", ["1 Introduction\n\n", "We show it."]),
+        ("Title:\n\nbody in lowercase.", ["Title:\n\n", "body in lowercase."]),
+        # blank lines at the start are the first sentence's; one line break ends no heading
+        ("\n\nHeading\n\nBody.", ["\n\nHeading\n\n", "Body."]),
+        ("Heading\nBody text.", ["Heading\nBody text."]),
+        ("Heading\r\nBody text.", ["Heading\r\nBody text."]),
+        ("Heading\n\n\n", ["Heading\n\n\n"]),
+    ],
+)
+def test_a_blank_line_ends_a_heading(text: str, expected: list[str]) -> None:
+    assert sentences(text) == expected
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("Das ist z.B. gut. Ja.", ["Das ist z.B. gut. ", "Ja."]),
+        ("Er kam d.h. spät. Dann ging er.", ["Er kam d.h. spät. ", "Dann ging er."]),
+        ("Er sagte z. B. nein. Dann ging er.", ["Er sagte z. B. nein. ", "Dann ging er."]),
+        ("Es ist u.a.m. schön. Wir gehen.", ["Es ist u.a.m. schön. ", "Wir gehen."]),
+        # an abbreviation after it, a capital or a second word: no new sentence, or blingfire's
+        ("Das ist z.B. bzw. Häuser.", ["Das ist z.B. bzw. Häuser."]),
+        ("Das ist z.B. gut. und schön.", ["Das ist z.B. gut. und schön."]),
+        ("Das ist z.B. sehr gut. Ja.", ["Das ist z.B. sehr gut. ", "Ja."]),
+        ("Das Haus.B. gut. Ja.", None),
+    ],
+)
+def test_a_word_after_a_dotted_abbreviation_may_end_a_sentence(
+    text: str, expected: list[str] | None
+) -> None:
+    assert sentences(text) == (expected or [text])
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
         # offsets count code points, also outside the BMP
         ("Emoji 😀 here. Next 😀 one.", [(0, 14), (14, 25)]),
         ("😀😀. Ab 😀.", [(0, 4), (4, 9)]),
@@ -213,8 +298,10 @@ ODD = ["\x00", "\x02", "\x7f", "\x85", "\ufffe", "\uffff", "\ufeff", "\u200b", "
 ODD += ["\udfff", "😀", "\U0010ffff", "\u0301", "\xa0", "\u3000", "\t", "\x0b", "\x0c"]
 WORDS = ["the", "Grass", "is", "green", "Dr.", "Mr.", "e.g.", "i.e.", "U.S.", "z.B.", "etc."]
 WORDS += ["$3.50", "3.14", "Él", "über", "Это", "т.е.", "今日は", "晴れです", "1.", "2)"]
+WORDS += ["2024", "5", "iPhone", "d. h.", "vol.", "Heading", "gut"]
 MARKS = [".", "!", "?", "...", "。", "！", "？", "¿", "¡", '"', "“", "”", "«", "»", "(", ")", ","]
-SPACES = [" ", "  ", "\n", "\r\n", "\r", "\n\n", " \r\n", "\t"]
+MARKS += ["」", "『", "』", "（", "）", "。」", "？”"]
+SPACES = [" ", "  ", "\n", "\r\n", "\r", "\n\n", " \r\n", "\t", "\r\n\r\n", "\r\r", "\n \n"]
 
 messy_text = st.lists(
     st.one_of(
@@ -242,7 +329,7 @@ def test_sentence_like_text_is_tiled(text: str) -> None:
 # Sentences that are unambiguous: a capitalised first word, words that are no abbreviation before
 # the final mark (blingfire keeps "z.B. gut. Wir" together: a short word after an abbreviation
 # may itself be one), a full stop, question or exclamation mark.
-FIRST = ["The", "Every", "Our", "Yesterday", "Anna", "Über", "Él", "École", "Ñandú"]
+FIRST = ["The", "Every", "Our", "Yesterday", "Anna", "Über", "Él", "École", "Ñandú", "2024", "5"]
 MIDDLE = ["grass", "river", "is", "a", "of", "and", "niño", "café", "straße", "😀", "😀😀"]
 MIDDLE += ["Dr. Smith", "Mr. Jones", "e.g. apples", "i.e. pears", "$3.50", "3.14", "the U.S. Army"]
 MIDDLE += ["z.B. Häuser", "experi\x02ment", "x\ufffey", "a\x00b", "q\udc00r"]
@@ -275,14 +362,26 @@ def russian_sentence(draw: st.DrawFn) -> str:
 
 @st.composite
 def cjk_sentence(draw: st.DrawFn) -> str:
-    body = draw(st.sampled_from(["今日は晴れです", "明日は雨です", "这是第一句", "我们走了"]))
-    return body + draw(st.sampled_from("。！？")) + draw(st.sampled_from(["", "", " "]))
+    body = draw(
+        st.sampled_from(["今日は晴れです", "明日は雨です", "这是第一句", "我们走了", "2024年很好"])
+    )
+    closing = draw(st.sampled_from(["", "", "」", "）", "”"]))
+    return body + draw(st.sampled_from("。！？")) + closing + draw(st.sampled_from(["", "", " "]))
+
+
+@st.composite
+def heading(draw: st.DrawFn) -> str:
+    words = [draw(st.sampled_from([*FIRST, "1", "2.3"]))]
+    words += draw(st.lists(st.sampled_from([*FIRST, *LAST, "and", "of"]), max_size=4))
+    return " ".join(words) + draw(st.sampled_from(["\n\n", "\r\n\r\n", "\n \n", "\n\n\n"]))
 
 
 @settings(max_examples=200)
 @given(
     st.lists(
-        st.one_of(latin_sentence(), russian_sentence(), cjk_sentence()), min_size=1, max_size=6
+        st.one_of(latin_sentence(), russian_sentence(), cjk_sentence(), heading()),
+        min_size=1,
+        max_size=6,
     ),
     st.sampled_from(["", " ", "\n"]),
 )
@@ -290,3 +389,21 @@ def test_each_clear_sentence_is_one_chunk(parts: list[str], lead: str) -> None:
     parts[0] = lead + parts[0]
     text = "".join(parts)
     assert sentences(text) == parts
+
+
+@settings(max_examples=200)
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(
+                ["我们很开心", "iPhone很好用", "2024年很好", "ok了", "本当", "「はい", "x"]
+            ),
+            st.sampled_from(["。", "！", "？", "。」", "！”", "。）", "。。"]),
+            st.sampled_from(["", "", " ", "\n"]),
+        ).map("".join),
+        min_size=1,
+        max_size=8,
+    )
+)
+def test_each_ideographic_sentence_is_one_chunk_whatever_starts_the_next(parts: list[str]) -> None:
+    assert sentences("".join(parts)) == parts

@@ -58,12 +58,20 @@ def test_sentence_spans_resolve_under_every_reading(sentences: list[str], data: 
     last = data.draw(st.integers(first, len(spans) - 1))
     start, end = spans[first][0], spans[last][1]
     expected = {"start_char": start, "end_char": end, "chunk_indices": list(range(first, last + 1))}
-    for convert in (lambda i: i, lambda i: utf16(text, i), lambda i: utf8(text, i)):
+    cited = text[start:end]
+    for reading, convert in enumerate(
+        (lambda i: i, lambda i: utf16(text, i), lambda i: utf8(text, i))
+    ):
         citation = char_citation(text, start, end)
         citation |= {"start_char_index": convert(start), "end_char_index": convert(end)}
         resolved = resolve_citation(citation, [document])
         assert resolved["verified"] is True
-        assert {k: resolved["span"][k] for k in expected} == expected
+        span = resolved["span"]
+        assert text[span["start_char"] : span["end_char"]] == cited
+        # Offsets of another reading can slice out another copy of a repeated passage: that
+        # copy is as good a match. With one copy, or read as code points, it is the one cited.
+        if reading == 0 or text.count(cited) == 1:
+            assert {k: span[k] for k in expected} == expected
         # Every upstream field is kept as it came.
         assert {k: resolved[k] for k in citation} == citation
 

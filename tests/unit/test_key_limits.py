@@ -7,11 +7,12 @@ import pytest
 from app.auth.keys import Principal
 from app.auth.limits import KeyLimits
 from app.errors import RateLimited
+from app.observability import Metrics
 from app.settings import Settings
 
 
 async def test_tokens_per_day_refuse_once_spent() -> None:
-    limits = KeyLimits(Settings(token_limit_per_day=1000, rate_limit_per_minute=0))
+    limits = KeyLimits(Settings(token_limit_per_day=1000, rate_limit_per_minute=0), Metrics())
     spender, other = Principal("ten_a", "key_a"), Principal("ten_b", "key_b")
     await limits.check_tokens(spender)
     await limits.spend_tokens(spender, 600)
@@ -24,7 +25,7 @@ async def test_tokens_per_day_refuse_once_spent() -> None:
 
 
 async def test_zero_turns_limits_off() -> None:
-    limits = KeyLimits(Settings(token_limit_per_day=0, rate_limit_per_minute=0))
+    limits = KeyLimits(Settings(token_limit_per_day=0, rate_limit_per_minute=0), Metrics())
     principal = Principal("ten_a", None)
     for _ in range(1000):
         await limits.count_request(principal)

@@ -16,7 +16,7 @@ from app.documents import pdf, service
 from app.documents.kinds import CONTENT, PDF, TEXT, identify
 from app.documents.pdf import PdfError, extract_pdf_text
 from app.errors import InvalidDocument, UnsupportedMediaType
-from tests.conftest import CORPUS, FIXTURES
+from tests.fixture_files import CORPUS, FIXTURES
 
 
 def test_sniffing_trusts_bytes_only() -> None:

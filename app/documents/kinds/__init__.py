@@ -16,7 +16,7 @@ from app.documents.kinds.base import (
 from app.documents.kinds.content import ContentKind
 from app.documents.kinds.pdf import PdfKind
 from app.documents.kinds.text import UTF16_32_BOMS, TextKind
-from app.errors import InvalidDocument, UnsupportedMediaType
+from app.errors import ErrorCode, InvalidDocument, UnsupportedMediaType
 
 TEXT = TextKind()
 PDF = PdfKind()
@@ -62,7 +62,7 @@ def identify(data: bytes, declared: DocumentKind | None = None) -> DocumentKind:
     """The kind of ``data``, read from the bytes. A declared kind is only a hint, except that
     bytes declared as a kind with a signature (a PDF) must carry it."""
     if not data:
-        raise InvalidDocument("The document is empty.", code="empty_document")
+        raise InvalidDocument("The document is empty.", code=ErrorCode.EMPTY_DOCUMENT)
     for kind in _KINDS.values():
         if kind.recognises(data):
             return kind

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from app.documents.index import DocumentIndex
+from app.errors import ErrorCode
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,7 +62,7 @@ class DocumentKind(ABC):
     signature: ClassVar[bytes | None] = None
     """Bytes that mark this kind near the start of a file; None for kinds never sniffed."""
     signature_within: ClassVar[int] = 0
-    mismatch: ClassVar[tuple[str, str] | None] = None
+    mismatch: ClassVar[tuple[str, ErrorCode] | None] = None
     """The (detail, code) of the error for bytes declared as this kind that lack its signature."""
     sends_original: ClassVar[bool] = False
     """Whether the upstream gets the original bytes (so loading must read them)."""

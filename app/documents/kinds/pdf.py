@@ -10,7 +10,7 @@ from app.documents.chunking import split_sentences
 from app.documents.index import DocumentIndex, locate
 from app.documents.kinds.base import ChunkSpan, DocumentKind, ParsedDocument, StoredParts
 from app.documents.pdf import PdfError, extract_pdf_text
-from app.errors import InvalidDocument
+from app.errors import ErrorCode, InvalidDocument
 
 
 class PdfKind(DocumentKind):
@@ -21,7 +21,7 @@ class PdfKind(DocumentKind):
     # PDF readers accept the header anywhere in the first 1024 bytes.
     signature = b"%PDF-"
     signature_within = 1024
-    mismatch = ("The data is not a PDF (no %PDF- header).", "pdf_invalid")
+    mismatch = ("The data is not a PDF (no %PDF- header).", ErrorCode.PDF_INVALID)
     sends_original = True
     serial = True  # PDFium does one call at a time in the process (app.documents.pdf)
 

@@ -8,7 +8,7 @@ from typing import Any, ClassVar
 from app.documents.chunking import split_sentences
 from app.documents.index import DocumentIndex, resolve_char_offsets
 from app.documents.kinds.base import ChunkSpan, DocumentKind, ParsedDocument, StoredParts
-from app.errors import InvalidDocument
+from app.errors import ErrorCode, InvalidDocument
 
 UTF16_32_BOMS = (
     codecs.BOM_UTF32_LE,
@@ -27,17 +27,18 @@ class TextKind(DocumentKind):
     def parse(self, data: bytes) -> ParsedDocument:
         if data.startswith(UTF16_32_BOMS):
             raise InvalidDocument(
-                "Text must be UTF-8; this looks like UTF-16 or UTF-32.", code="text_not_utf8"
+                "Text must be UTF-8; this looks like UTF-16 or UTF-32.",
+                code=ErrorCode.TEXT_NOT_UTF8,
             )
         try:
             text = data.decode("utf-8")
         except UnicodeDecodeError as exc:
             raise InvalidDocument(
-                f"The text is not valid UTF-8 (byte {exc.start}).", code="text_not_utf8"
+                f"The text is not valid UTF-8 (byte {exc.start}).", code=ErrorCode.TEXT_NOT_UTF8
             ) from exc
         text = text.removeprefix("\ufeff")
         if not text.strip():
-            raise InvalidDocument("The document has no text.", code="empty_document")
+            raise InvalidDocument("The document has no text.", code=ErrorCode.EMPTY_DOCUMENT)
         return ParsedDocument(text, [ChunkSpan(start, end) for start, end in split_sentences(text)])
 
     def upstream_source(self, parts: StoredParts) -> dict[str, Any]:

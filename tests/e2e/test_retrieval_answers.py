@@ -1,0 +1,243 @@
+"""Questions over a collection: passages go upstream as search results, and every
+``search_result_location`` citation comes back resolved to the stored document it quotes."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+
+from app.settings import Settings
+from tests.conftest import Served, behind
+from tests.fake_upstream import GRASS, FakeUpstream, Reply, message, sse_message
+from tests.fixture_files import FIXTURES
+
+HELP_CENTER = sorted((FIXTURES / "help_center").glob("*.txt"))
+PASSWORD = HELP_CENTER[0].read_text()  # "How to Change Your Password"
+
+
+@pytest.fixture(scope="module")
+def faked(settings: Settings, fake: FakeUpstream) -> Iterator[Served]:
+    # A small budget: the grass sentence fits whole, a help-centre article does not.
+    with behind(settings, fake, whole_documents_token_budget=50) as app:
+        yield app
+
+
+@pytest.fixture
+def api(client: httpx.Client, faked: Served) -> Iterator[httpx.Client]:
+    with httpx.Client(base_url=faked.base_url, timeout=60) as http:
+        yield http
+
+
+def text_document(http: httpx.Client, text: str, title: str) -> str:
+    response = http.post(
+        "/v1/documents", json={"source": {"type": "text", "data": text}, "title": title}
+    )
+    assert response.status_code in (200, 201), response.text
+    document_id: str = response.json()["id"]
+    return document_id
+
+
+def collection_of(http: httpx.Client, *document_ids: str) -> str:
+    collection = http.post("/v1/collections", json={"name": "Library"})
+    assert collection.status_code == 201, collection.text
+    collection_id: str = collection.json()["id"]
+    added = http.post(
+        f"/v1/collections/{collection_id}/documents", json={"document_ids": list(document_ids)}
+    )
+    assert added.status_code == 200, added.text
+    return collection_id
+
+
+def cited(index: int, text: str, first: int = 0, end: int = 1) -> dict[str, Any]:
+    """A search_result_location as the real API writes it (source and title echoed)."""
+    return {
+        "type": "search_result_location",
+        "cited_text": text,
+        "source": "echoed",
+        "title": "echoed",
+        "search_result_index": index,
+        "start_block_index": first,
+        "end_block_index": end,
+    }
+
+
+def answer_citing(*citations: dict[str, Any]) -> list[dict[str, Any]]:
+    return [
+        {"type": "text", "text": "From the library: "},
+        {"type": "text", "text": "the grass is green", "citations": list(citations)},
+    ]
+
+
+def search_results(body: dict[str, Any]) -> list[dict[str, Any]]:
+    return [
+        block
+        for turn in body["messages"]
+        if turn["role"] == "user"
+        for block in turn["content"]
+        if block["type"] == "search_result"
+    ]
+
+
+def cache_controls(body: dict[str, Any]) -> int:
+    return sum("cache_control" in b for m in body["messages"] for b in m["content"])
+
+
+def test_passages_go_upstream_as_search_results(api: httpx.Client, fake: FakeUpstream) -> None:
+    grass = text_document(api, GRASS, "Colours")
+    other = text_document(api, PASSWORD, "Passwords")
+    collection_id = collection_of(api, grass, other)
+    fake.reset(Reply(body=message(answer_citing(cited(0, "The grass is green. ")))))
+    response = api.post(
+        "/v1/answers",
+        json={
+            "question": "What colour is the grass?",
+            "collection_id": collection_id,
+            "retrieval": {"mode": "passages", "max_passages": 5},
+        },
+    )
+    assert response.status_code == 200, response.text
+    answer = response.json()
+    body = fake.requests[-1].body
+    (turn,) = body["messages"]
+    assert turn["content"][-1] == {"type": "text", "text": "What colour is the grass?"}
+    assert not [b for b in turn["content"] if b["type"] == "document"]
+    sent = search_results(body)
+    passages = answer["retrieval"]["passages"]
+    assert answer["retrieval"]["mode"] == "passages" and len(sent) == len(passages) <= 5
+    assert passages[0]["document_id"] == grass
+    assert all(block["citations"] == {"enabled": True} for block in sent)
+    # One text block per chunk, the stored chunk texts exactly.
+    chunks = api.get(f"/v1/documents/{grass}/chunks").json()["data"]
+    assert [b["text"] for b in sent[0]["content"]] == [
+        chunks[i]["text"] for i in passages[0]["chunk_indices"]
+    ]
+    assert 1 <= cache_controls(body) <= 4
+    (citation,) = answer["segments"][1]["citations"]
+    assert citation["document_id"] == grass and citation["verified"] is True
+    assert citation["span"] == {
+        "start_char": 0,
+        "end_char": 20,
+        "start_page": None,
+        "end_page": None,
+        "chunk_indices": [0],
+    }
+    assert citation["search_result_index"] == 0  # the upstream's fields are kept
+    assert api.get(f"/v1/answers/{answer['id']}").json() == answer
+
+
+def test_auto_sends_whole_documents_that_fit_and_passages_past_the_budget(
+    api: httpx.Client, fake: FakeUpstream
+) -> None:
+    grass = text_document(api, GRASS, "Colours")
+    fake.reset(Reply(body=message([{"type": "text", "text": "Green."}])))
+    small = api.post("/v1/answers", json={"question": "Grass?", "document_ids": [grass]}).json()
+    assert small["retrieval"] == {"mode": "documents", "passages": [], "first_new_passage": 0}
+    assert [b["type"] for b in fake.requests[-1].body["messages"][0]["content"]] == [
+        "document",
+        "text",
+    ]
+    big = text_document(api, PASSWORD, "Passwords")
+    large = api.post(
+        "/v1/answers", json={"question": "How do I change my password?", "document_ids": [big]}
+    ).json()
+    assert large["retrieval"]["mode"] == "passages" and large["documents"] == []
+    assert large["retrieval"]["passages"][0]["document_id"] == big
+    assert search_results(fake.requests[-1].body)
+    refused = api.post(
+        "/v1/answers",
+        json={
+            "question": "How do I change my password?",
+            "document_ids": [big],
+            "retrieval": {"mode": "documents"},
+        },
+    )
+    assert refused.status_code == 422, refused.text
+    assert refused.json()["code"] == "document_too_large"
+    assert "passages" in refused.json()["detail"]
+
+
+def test_a_streamed_passages_answer_is_the_stored_one(
+    api: httpx.Client, fake: FakeUpstream
+) -> None:
+    grass = text_document(api, GRASS, "Colours")
+    collection_id = collection_of(api, grass)
+    fake.reset(Reply(events=sse_message(answer_citing(cited(0, "The grass is green. ")))))
+    body = {"question": "What colour is the grass?", "collection_id": collection_id}
+    with api.stream("POST", "/v1/answers", json={**body, "stream": True}) as stream:
+        assert stream.status_code == 200
+        events = [line for line in stream.iter_lines() if line.startswith("event:")]
+        text = stream.read()
+    assert "event: citation" in events and events[-1] == "event: answer.done"
+    del text
+    (done,) = [
+        a for a in api.get("/v1/answers", params={}).json().get("data", [])
+    ] or [None]
+    del done
+
+
+def test_count_tokens_sends_the_passages(api: httpx.Client, fake: FakeUpstream) -> None:
+    big = text_document(api, PASSWORD, "Passwords")
+    collection_id = collection_of(api, big)
+    fake.reset(Reply(body={"input_tokens": 321}))
+    response = api.post(
+        "/v1/answers/count-tokens",
+        json={"question": "How do I change my password?", "collection_id": collection_id},
+    )
+    assert response.json() == {"input_tokens": 321}
+    recorded = fake.requests[-1]
+    assert recorded.path == "/v1/messages/count_tokens" and search_results(recorded.body)
+
+
+def test_a_conversation_over_a_collection_replays_earlier_passages(
+    api: httpx.Client, fake: FakeUpstream
+) -> None:
+    grass = text_document(api, GRASS, "Colours")
+    password = text_document(api, PASSWORD, "Passwords")
+    collection_id = collection_of(api, grass, password)
+    created = api.post("/v1/conversations", json={"collection_id": collection_id})
+    assert created.status_code == 201, created.text
+    conversation = created.json()
+    assert conversation["collection_id"] == collection_id and conversation["documents"] == []
+    ask = {"conversation_id": conversation["id"]}
+    fake.reset(Reply(body=message(answer_citing(cited(0, "The grass is green. ")))))
+    first = api.post("/v1/answers", json={**ask, "question": "What colour is the grass?"}).json()
+    earlier = len(first["retrieval"]["passages"])
+    assert first["retrieval"]["first_new_passage"] == 0 and earlier >= 1
+    # The second answer cites the first passage retrieved for the second question.
+    fake.reset(Reply(body=message(answer_citing(cited(earlier, "To change your password, ")))))
+    second = api.post(
+        "/v1/answers", json={**ask, "question": "How do I change my password?"}
+    ).json()
+    body = fake.requests[-1].body
+    user, assistant, follow_up = body["messages"]
+    assert [b["type"] for b in user["content"]][-1] == "text"
+    assert search_results({"messages": [user]}) == search_results(
+        {"messages": [{"role": "user", "content": first_request_blocks(first, api)}]}
+    ) or len(search_results({"messages": [user]})) == earlier
+    assert assistant["content"][-1]["citations"][0]["search_result_index"] == 0
+    assert second["retrieval"]["first_new_passage"] == earlier
+    new = second["retrieval"]["passages"][earlier]
+    assert new["document_id"] == password
+    (citation,) = second["segments"][1]["citations"]
+    assert citation["document_id"] == password and citation["verified"] is True
+    assert cache_controls(body) <= 4
+    got = api.get(f"/v1/conversations/{conversation['id']}").json()
+    assert [a["id"] for a in got["answers"]] == [first["id"], second["id"]]
+    del follow_up
+
+
+def first_request_blocks(answer: dict[str, Any], api: httpx.Client) -> list[dict[str, Any]]:
+    del answer, api
+    return []
+
+
+def test_unknown_collection_in_a_question(api: httpx.Client) -> None:
+    response = api.post("/v1/answers", json={"question": "Q?", "collection_id": "col_missing"})
+    assert response.status_code == 404 and response.json()["code"] == "collection_not_found"
+    both = api.post(
+        "/v1/answers", json={"question": "Q?", "collection_id": "col_x", "document_ids": ["d"]}
+    )
+    assert both.status_code == 422 and both.json()["code"] == "validation_error"

@@ -1,0 +1,55 @@
+"""Cursors: what ``encode_cursor`` makes decodes back; anything else is 422 ``invalid_cursor``."""
+
+from __future__ import annotations
+
+import base64
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from app.errors import ErrorCode, InvalidRequest
+from app.pagination import decode_cursor, decode_index_cursor, encode_cursor
+
+
+def forged(key: str) -> str:
+    """A cursor in our format around any key, as a client could build one."""
+    return encode_cursor(key)
+
+
+@given(st.text().filter(lambda key: "\x00" not in key))
+def test_a_key_comes_back(key: str) -> None:
+    assert decode_cursor(encode_cursor(key)) == key
+
+
+@given(st.integers(min_value=0, max_value=2**31 - 1))
+def test_an_index_comes_back(index: int) -> None:
+    assert decode_index_cursor(encode_cursor(str(index))) == index
+
+
+@pytest.mark.parametrize(
+    "cursor",
+    [
+        "%%%",
+        "",
+        base64.urlsafe_b64encode(b"no-mark").decode(),
+        base64.urlsafe_b64encode(b"\xff\xfe").decode(),
+        forged("a\x00b"),
+    ],
+)
+def test_a_cursor_we_did_not_make_is_refused(cursor: str) -> None:
+    for decode in (decode_cursor, decode_index_cursor):
+        with pytest.raises(InvalidRequest) as raised:
+            decode(cursor)
+        assert raised.value.code is ErrorCode.INVALID_CURSOR
+        assert raised.value.status == 422
+
+
+@pytest.mark.parametrize(
+    "key",
+    ["not-a-number", "-1", "1.5", " 1", "²", "١٢", str(2**31), "9" * 5000],
+)
+def test_an_index_cursor_holds_a_small_ascii_number(key: str) -> None:
+    with pytest.raises(InvalidRequest) as raised:
+        decode_index_cursor(forged(key))
+    assert raised.value.code is ErrorCode.INVALID_CURSOR
