@@ -3,11 +3,13 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from typing import Any
 
 import httpx
 import pytest
+from httpx_sse import connect_sse
 
 from app.settings import Settings
 from tests.conftest import Served, behind
@@ -164,18 +166,27 @@ def test_a_streamed_passages_answer_is_the_stored_one(
 ) -> None:
     grass = text_document(api, GRASS, "Colours")
     collection_id = collection_of(api, grass)
-    fake.reset(Reply(events=sse_message(answer_citing(cited(0, "The grass is green. ")))))
+    content = answer_citing(cited(0, "The grass is green. "))
     body = {"question": "What colour is the grass?", "collection_id": collection_id}
-    with api.stream("POST", "/v1/answers", json={**body, "stream": True}) as stream:
-        assert stream.status_code == 200
-        events = [line for line in stream.iter_lines() if line.startswith("event:")]
-        text = stream.read()
-    assert "event: citation" in events and events[-1] == "event: answer.done"
-    del text
-    (done,) = [
-        a for a in api.get("/v1/answers", params={}).json().get("data", [])
-    ] or [None]
-    del done
+    fake.reset(Reply(events=sse_message(content)))
+    events = stream(api, body)
+    (citation,) = [data["citation"] for name, data in events if name == "citation"]
+    assert citation["document_id"] == grass and citation["verified"] is True
+    name, done = events[-1]
+    assert name == "answer.done" and done["retrieval"]["mode"] == "passages"
+    assert api.get(f"/v1/answers/{done['id']}").json() == done
+    fake.reset(Reply(body=message(content)))
+    whole = api.post("/v1/answers", json=body).json()
+    differ = ("id", "created_at", "upstream", "usage")
+    assert {k: v for k, v in done.items() if k not in differ} == {
+        k: v for k, v in whole.items() if k not in differ
+    }
+
+
+def stream(http: httpx.Client, body: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    with connect_sse(http, "POST", "/v1/answers", json={**body, "stream": True}) as source:
+        assert source.response.status_code == 200, source.response.read()
+        return [(event.event, json.loads(event.data)) for event in source.iter_sse()]
 
 
 def test_count_tokens_sends_the_passages(api: httpx.Client, fake: FakeUpstream) -> None:
@@ -204,34 +215,34 @@ def test_a_conversation_over_a_collection_replays_earlier_passages(
     ask = {"conversation_id": conversation["id"]}
     fake.reset(Reply(body=message(answer_citing(cited(0, "The grass is green. ")))))
     first = api.post("/v1/answers", json={**ask, "question": "What colour is the grass?"}).json()
+    first_request_passages = search_results(fake.requests[-1].body)
     earlier = len(first["retrieval"]["passages"])
     assert first["retrieval"]["first_new_passage"] == 0 and earlier >= 1
-    # The second answer cites the first passage retrieved for the second question.
-    fake.reset(Reply(body=message(answer_citing(cited(earlier, "To change your password, ")))))
-    second = api.post(
-        "/v1/answers", json={**ask, "question": "How do I change my password?"}
-    ).json()
+    # The second answer cites the first block of the best passage for the second question.
+    question = "How do I change my password?"
+    best = api.post(
+        "/v1/search", json={"query": question, "collection_id": collection_id, "limit": 20}
+    ).json()["data"][0]
+    assert best["document_id"] == password
+    chunks = api.get(f"/v1/documents/{password}/chunks").json()["data"]
+    first_block = chunks[best["chunk_indices"][0]]["text"]
+    fake.reset(Reply(body=message(answer_citing(cited(earlier, first_block)))))
+    second = api.post("/v1/answers", json={**ask, "question": question}).json()
     body = fake.requests[-1].body
     user, assistant, follow_up = body["messages"]
-    assert [b["type"] for b in user["content"]][-1] == "text"
-    assert search_results({"messages": [user]}) == search_results(
-        {"messages": [{"role": "user", "content": first_request_blocks(first, api)}]}
-    ) or len(search_results({"messages": [user]})) == earlier
+    # The first turn goes back as it was asked: its passages, its question, its answer.
+    assert search_results({"messages": [user]}) == first_request_passages
+    assert user["content"][-1] == {"type": "text", "text": "What colour is the grass?"}
     assert assistant["content"][-1]["citations"][0]["search_result_index"] == 0
+    assert follow_up["content"][-1] == {"type": "text", "text": "How do I change my password?"}
     assert second["retrieval"]["first_new_passage"] == earlier
-    new = second["retrieval"]["passages"][earlier]
-    assert new["document_id"] == password
+    assert second["retrieval"]["passages"][:earlier] == first["retrieval"]["passages"]
+    assert second["retrieval"]["passages"][earlier]["document_id"] == password
     (citation,) = second["segments"][1]["citations"]
     assert citation["document_id"] == password and citation["verified"] is True
     assert cache_controls(body) <= 4
     got = api.get(f"/v1/conversations/{conversation['id']}").json()
     assert [a["id"] for a in got["answers"]] == [first["id"], second["id"]]
-    del follow_up
-
-
-def first_request_blocks(answer: dict[str, Any], api: httpx.Client) -> list[dict[str, Any]]:
-    del answer, api
-    return []
 
 
 def test_unknown_collection_in_a_question(api: httpx.Client) -> None:
