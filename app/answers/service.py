@@ -39,7 +39,7 @@ from app.documents.sources import (
 from app.errors import CitegateError, ErrorCode, problem_of
 from app.ids import new_id
 from app.observability import Metrics
-from app.search.service import Passage, search_passages
+from app.search.service import Passage, search_collection_passages, search_passages
 from app.settings import Settings
 from app.upstream.client import UpstreamClient
 from app.upstream.errors import UpstreamError
@@ -82,7 +82,7 @@ class _Target:
 
     document_ids: list[str]
     mode: str  # "auto" | "documents" | "passages"
-    from_collection: bool
+    collection_id: str | None
     max_passages: int
 
 
@@ -93,14 +93,15 @@ async def _target(
     if conversation is not None:
         if conversation.collection_id is not None:
             # Over a collection, each turn retrieves its own passages.
-            ids = await collection_document_ids(session, tenant_id, conversation.collection_id)
-            return _Target(ids, "passages", True, retrieval.max_passages)
-        return _Target(conversation.document_ids, "documents", False, retrieval.max_passages)
+            return _Target([], "passages", conversation.collection_id, retrieval.max_passages)
+        return _Target(conversation.document_ids, "documents", None, retrieval.max_passages)
     if body.collection_id is not None:
-        ids = await collection_document_ids(session, tenant_id, body.collection_id)
-        return _Target(ids, retrieval.mode, True, retrieval.max_passages)
+        ids = []
+        if retrieval.mode != "passages":  # whole documents, if they fit: which are they?
+            ids = await collection_document_ids(session, tenant_id, body.collection_id)
+        return _Target(ids, retrieval.mode, body.collection_id, retrieval.max_passages)
     assert body.document_ids is not None
-    return _Target(body.document_ids, retrieval.mode, False, retrieval.max_passages)
+    return _Target(body.document_ids, retrieval.mode, None, retrieval.max_passages)
 
 
 async def _prepare(
@@ -178,32 +179,37 @@ async def _ground(
     """Whole documents, or the passages that matter for the question: the mode used, and
     what is sent."""
     settings = context.settings
-    skip = target.from_collection  # a collection's scans are no reason to refuse a question
-    if target.mode != "passages":
+    limits = request_limits(settings)
+    # A collection's scans are no reason to refuse a question: they have nothing to cite.
+    skip = target.collection_id is not None
+    fits_by_count = len(target.document_ids) <= limits.documents
+    if target.mode == "documents" or (target.mode == "auto" and fits_by_count):
         try:
             sources = await load_sources(
                 session,
                 tenant_id,
                 target.document_ids,
                 context.sources,
-                request_limits(settings),
+                limits,
                 skip_uncitable=skip,
             )
             return "documents", sources, []
         except DocumentsTooLarge:
             if target.mode == "documents":
                 raise
-    if not target.from_collection:  # a collection's documents are the tenant's already
-        await describe(session, tenant_id, target.document_ids)
-    found = await search_passages(
-        session,
-        tenant_id,
-        question,
-        target.document_ids,
-        target.max_passages,
-        window=settings.search_window_chunks,
-        per_document=settings.search_max_passages_per_document,
-    )
+    options = {
+        "window": settings.search_window_chunks,
+        "per_document": settings.search_max_passages_per_document,
+    }
+    if target.collection_id is not None:
+        found = await search_collection_passages(
+            session, tenant_id, question, target.collection_id, target.max_passages, **options
+        )
+    else:
+        await describe(session, tenant_id, target.document_ids)  # 404 or 422 as for documents
+        found = await search_passages(
+            session, tenant_id, question, target.document_ids, target.max_passages, **options
+        )
     # A passage of blank chunks would be an empty search result, which the upstream refuses.
     return "passages", [], [passage for passage in found if passage_blocks(passage)]
 

@@ -33,3 +33,16 @@ async def search_passages(
     per_document: int,
 ) -> list[Passage]:
     raise NotImplementedError
+
+
+async def search_collection_passages(
+    session: AsyncSession,
+    tenant_id: str,
+    query: str,
+    collection_id: str,
+    limit: int,
+    *,
+    window: int,
+    per_document: int,
+) -> list[Passage]:
+    raise NotImplementedError
