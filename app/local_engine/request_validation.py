@@ -250,7 +250,7 @@ def _parse_content(role: Role, content: Any, number: int, current: bool) -> list
             _check_document_source(block, f"messages.{number}.content.{place}.document.source")
         elif isinstance(block, SearchResultBlockParam):
             _check_search_result(block, f"messages.{number}.content.{place}.search_result")
-        elif isinstance(block, ToolResultBlockParam) and isinstance(block.content, list):
+        elif isinstance(block, ToolResultBlockParam):
             for inner, item in enumerate(block.content):
                 if isinstance(item, SearchResultBlockParam):
                     where = f"messages.{number}.content.{place}.tool_result.content.{inner}"

@@ -101,10 +101,8 @@ def _block_tokens(block: BaseModel, canonical: bytes, document: RequestDocument 
     if isinstance(block, SearchResultBlockParam):
         return search_result_tokens(block)
     if isinstance(block, ToolResultBlockParam):
-        if isinstance(block.content, str):
-            return estimate_tokens(block.content)
         return sum(
-            _block_tokens(item, canonical_bytes("", "", item), None) for item in block.content or ()
+            _block_tokens(item, canonical_bytes("", "", item), None) for item in block.content
         )
     if isinstance(block, ImageBlockParam):
         return IMAGE_TOKENS

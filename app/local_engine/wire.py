@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Discriminator, Field, StrictBool, Tag
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, StrictBool, Tag, field_validator
 
 from app.upstream.wire import CURRENT_VERSION
 from app.upstream.wire import LOCAL_MODEL as MODEL_NAME
@@ -219,7 +219,8 @@ class SearchResultBlockParam(_Forbidding):
 
 
 class ToolResultContentParam(BaseModel):
-    """A block of a tool result other than a search result; accepted and hashed, never read."""
+    """A block of a tool result other than text or a search result (an image, a document, ...);
+    accepted, hashed and counted, never read."""
 
     model_config = ConfigDict(extra="allow")
 
@@ -229,11 +230,14 @@ class ToolResultContentParam(BaseModel):
 
 def _tool_result_content_tag(value: Any) -> str:
     kind = value.get("type") if isinstance(value, dict) else getattr(value, "type", None)
-    return "search_result" if kind == "search_result" else "other"
+    return kind if kind in ("search_result", "text") else "other"
 
 
+# Tagged by a function so that an unknown block type falls to the loose model, while a faulty
+# search result is reported as one (a plain union would quietly accept it as "other").
 ToolResultContent = Annotated[
     Annotated[SearchResultBlockParam, Tag("search_result")]
+    | Annotated[TextBlockParam, Tag("text")]
     | Annotated[ToolResultContentParam, Tag("other")],
     Discriminator(_tool_result_content_tag),
 ]
@@ -241,20 +245,27 @@ ToolResultContent = Annotated[
 
 class ToolResultBlockParam(BaseModel):
     """A tool's answer. Only its search results are read (they are citable); the rest is
-    accepted loosely, hashed and counted."""
+    hashed and counted. String content is taken as one text block."""
 
     model_config = ConfigDict(extra="allow")
 
     type: Literal["tool_result"]
     tool_use_id: str
-    content: str | list[ToolResultContent] | None = None
+    content: list[ToolResultContent] = Field(default_factory=list)
     cache_control: CacheControlParam | None = None
+
+    @field_validator("content", mode="before")
+    @classmethod
+    def _text_as_block(cls, value: Any) -> Any:
+        # One shape for both forms, so that errors inside a list are located without naming
+        # the alternatives of a union ("content.0.search_result.content", not "content.str").
+        if isinstance(value, str):
+            return [{"type": "text", "text": value}] if value else []
+        return value
 
     @property
     def search_results(self) -> list[SearchResultBlockParam]:
         """The search results of this tool result, in order."""
-        if not isinstance(self.content, list):
-            return []
         return [item for item in self.content if isinstance(item, SearchResultBlockParam)]
 
 
