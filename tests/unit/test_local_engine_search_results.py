@@ -376,10 +376,8 @@ def test_stream_sends_search_result_citations_before_the_text(engine: LocalEngin
     own = [data for _, data in events if data.get("index") == 1]
     assert own[0]["content_block"] == {"type": "text", "text": "", "citations": []}
     deltas = [data["delta"] for data in own[1:-1]]
-    assert deltas[0] == {
-        "type": "citations_delta",
-        "citation": message.content[1].citations[0].model_dump(mode="json"),  # type: ignore[index]
-    }
+    [citation] = message.content[1].citations or []
+    assert deltas[0] == {"type": "citations_delta", "citation": citation.model_dump(mode="json")}
     assert deltas[0]["citation"]["type"] == "search_result_location"
     assert all(delta["type"] == "text_delta" for delta in deltas[1:])
     assert "".join(delta["text"] for delta in deltas[1:]) == PETS[2]
