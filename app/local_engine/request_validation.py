@@ -5,8 +5,7 @@ Shape errors come from pydantic and are worded like the upstream's (``max_tokens
 required``). The rules pydantic cannot express are checked after: what each role may carry under
 the ``anthropic-version``, non-empty text (in documents and search results too), citations on
 all documents and search results or on none, at most 4 ``cache_control`` blocks and their TTL
-order. Where the real wording is unknown, the message says
-the same thing plainly (marked below).
+order. Where the real wording is unknown, the message says the same thing plainly (marked below).
 """
 
 from __future__ import annotations
@@ -83,14 +82,10 @@ class ParsedRequest:
         return [block for block in self.citable_blocks if isinstance(block, DocumentBlockParam)]
 
     @property
-    def search_results(self) -> list[SearchResultBlockParam]:
-        """Every search result, top level or inside a tool result, in request order:
-        ``search_result_index`` counts these."""
-        return [block for block in self.citable_blocks if isinstance(block, SearchResultBlockParam)]
-
-    @property
     def citable_blocks(self) -> list[CitableBlock]:
-        """Every document and search result, in the order the prompt reads them."""
+        """Every document and search result (top level or inside a tool result), in the order
+        the prompt reads them: ``document_index`` counts the documents among them and
+        ``search_result_index`` the search results."""
         found: list[CitableBlock] = []
         for turn in self.turns:
             for block in turn.blocks:
@@ -337,24 +332,22 @@ def cache_controls(request: ParsedRequest) -> Iterator[CacheControlParam]:
 
 def block_cache_controls(block: Block) -> Iterator[CacheControlParam]:
     """The ``cache_control`` of one message block and of the blocks inside it, in prompt order:
-    a block's own first, then those of its content source, search result content or tool result
-    content."""
-    if block.cache_control is not None:
-        yield block.cache_control
+    those of its content source, search result content or tool result content, then its own
+    (a block's breakpoint is at its end)."""
     inner: object = ()
     if isinstance(block, DocumentBlockParam) and isinstance(block.source, ContentSource):
         inner = block.source.content
     elif isinstance(block, SearchResultBlockParam | ToolResultBlockParam):
         inner = block.content
-    if not isinstance(inner, list):  # string or absent content has no blocks
-        return
-    for item in inner:
+    for item in inner if isinstance(inner, list) else ():  # string content has no blocks
         if isinstance(item, SearchResultBlockParam):
             yield from block_cache_controls(item)
         else:
             control: CacheControlParam | None = getattr(item, "cache_control", None)
             if control is not None:
                 yield control
+    if block.cache_control is not None:
+        yield block.cache_control
 
 
 def _check_cache_controls(request: ParsedRequest) -> None:

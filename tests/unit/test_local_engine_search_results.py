@@ -521,6 +521,18 @@ INVALID = [
         "A maximum of 4 blocks with cache_control may be provided. Found 5.",
     ),
     (
+        "a tool result's 1h breakpoint, after the 5m one of a search result inside it",
+        _edit(
+            tool_conversation(
+                search_result(["A."], cache_control={"type": "ephemeral"}), question="q?"
+            ),
+            lambda d: d["messages"][2]["content"][0].update(
+                cache_control={"type": "ephemeral", "ttl": "1h"}
+            ),
+        ),
+        "a ttl='1h' cache_control block must not come after a ttl='5m' cache_control block",
+    ),
+    (
         "a 1h breakpoint after a 5m one, inside a search result",
         body(
             search_result(["A."], cache_control={"type": "ephemeral"}),
@@ -558,3 +570,13 @@ async def test_valid_search_results_answer_over_http(http: httpx.AsyncClient) ->
         [citation] = [c for block in response.json()["content"] for c in block.get("citations", [])]
         assert citation["type"] == "search_result_location"
         assert citation["cited_text"] == PETS[2]
+
+
+async def test_a_breakpoint_inside_a_tool_result_comes_before_the_tool_results_own(
+    http: httpx.AsyncClient,
+) -> None:
+    inner = search_result(["A."], cache_control={"type": "ephemeral", "ttl": "1h"})
+    data = tool_conversation(inner, question="q?")
+    data["messages"][2]["content"][0]["cache_control"] = {"type": "ephemeral"}
+    response = await http.post("/v1/messages", json=data, headers=HEADERS)
+    assert response.status_code == 200, response.text
