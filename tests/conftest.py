@@ -10,6 +10,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Self
 
 import coredis
 import httpx
@@ -93,7 +94,7 @@ class Served:
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self.server.run, daemon=True)
 
-    def __enter__(self) -> Served:
+    def __enter__(self) -> Self:
         self.thread.start()
         deadline = time.monotonic() + 20
         while not self.server.started:
@@ -184,7 +185,9 @@ def delete_rate_limit_counters(identifier: str) -> None:
     async def delete() -> None:
         redis = coredis.Redis.from_url(REDIS_URL)
         try:
-            names = [n async for n in redis.scan_iter(match=f"citegate:LIMITER/*{identifier}/*")]
+            names: list[str | bytes] = [
+                n async for n in redis.scan_iter(match=f"citegate:LIMITER/*{identifier}/*")
+            ]
             if names:
                 await redis.delete(names)
         finally:

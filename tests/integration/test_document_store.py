@@ -125,7 +125,7 @@ def test_a_document_deleted_while_a_question_reads_it_is_not_found(
                 )
             document_id = stored.document.id
 
-            deleted = []
+            deleted: list[str] = []
 
             @event.listens_for(engine.sync_engine, "after_cursor_execute")
             def delete_after_lookup(connection: Any, _c: Any, statement: str, *_: Any) -> None:

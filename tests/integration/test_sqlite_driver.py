@@ -3,7 +3,7 @@ SQLAlchemy relies on (rows, row counts, new row ids, errors, transactions) is lo
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +37,8 @@ async def engine(tmp_path: Path) -> AsyncIterator[AsyncEngine]:
 def trips(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """Every call that goes to aiosqlite's worker thread, by the name of what it runs."""
     seen: list[str] = []
-    real = aiosqlite.Connection._execute
+    # aiosqlite leaves this private method unannotated.
+    real: Callable[..., Awaitable[Any]] = aiosqlite.Connection._execute
 
     async def counted(self: aiosqlite.Connection, fn: Any, *args: Any, **kwargs: Any) -> Any:
         seen.append(getattr(fn, "__name__", repr(fn)))
@@ -82,6 +83,7 @@ async def test_ending_reads_alone_makes_no_trip_and_writes_still_end(
 async def test_ending_on_a_closed_connection_is_quiet(engine: AsyncEngine) -> None:
     async with engine.connect() as connection:
         raw = await connection.get_raw_connection()
+        assert raw.driver_connection is not None and raw.dbapi_connection is not None
         await raw.driver_connection.close()  # aiosqlite's connection, closed underneath
         raw.dbapi_connection.commit()
         raw.dbapi_connection.rollback()

@@ -79,7 +79,7 @@ def test_pdfium_text_holds_the_passages_the_api_cited() -> None:
 def test_pdf_chunks_stay_inside_their_page() -> None:
     parsed = PDF.parse((CORPUS / "pdflatex-4-pages.pdf").read_bytes())
     assert parsed.page_count == 4
-    page_starts = {}
+    page_starts: dict[int | None, int] = {}
     for chunk in parsed.chunks:
         page_starts.setdefault(chunk.page_number, chunk.start)
     pages = extract_pdf_text((CORPUS / "pdflatex-4-pages.pdf").read_bytes()).pages
