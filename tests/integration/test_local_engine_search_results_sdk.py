@@ -4,12 +4,12 @@ into the SDK's own types, stream into the same message, and its refusals reach t
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import anthropic
 import pytest
-from anthropic.types import CitationsSearchResultLocation, Message, TextBlock
+from anthropic.types import CitationsSearchResultLocation, Message, MessageParam, TextBlock
 
 from app.local_engine import MODEL_NAME, LocalEngine, create_local_engine_app
 from tests.conftest import Served
@@ -33,7 +33,8 @@ ARTICLES = {
 }
 
 
-def search_result(url: str, *, citations: bool | None = True) -> dict[str, Any]:
+def search_result(url: str, *, citations: bool | None = True) -> Any:
+    """A search result block as JSON (Any: some tests send it deliberately invalid)."""
     title, texts = ARTICLES[url]
     block: dict[str, Any] = {
         "type": "search_result",
@@ -49,7 +50,7 @@ def search_result(url: str, *, citations: bool | None = True) -> dict[str, Any]:
 RETURNS = "https://help.example.com/returns"
 SHIPPING = "https://help.example.com/shipping"
 
-TOP_LEVEL = [
+TOP_LEVEL: list[MessageParam] = [
     {
         "role": "user",
         "content": [
@@ -60,7 +61,7 @@ TOP_LEVEL = [
     }
 ]
 
-TOOL_CALL = [
+TOOL_CALL: list[MessageParam] = [
     {"role": "user", "content": "How long does a refund take?"},
     {
         "role": "assistant",
@@ -80,7 +81,7 @@ TOOL_CALL = [
     },
 ]
 
-TWO_TURNS = [
+TWO_TURNS: list[MessageParam] = [
     {
         "role": "user",
         "content": [search_result(SHIPPING), {"type": "text", "text": "When do orders ship?"}],
@@ -118,9 +119,9 @@ def search_citations(message: Message) -> list[CitationsSearchResultLocation]:
     return parsed
 
 
-def sent_results(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def sent_results(messages: Sequence[Any]) -> list[dict[str, Any]]:
     """Every search result of the request, top level or in a tool result, in request order."""
-    found = []
+    found: list[dict[str, Any]] = []
     for message in messages:
         for block in message["content"] if isinstance(message["content"], list) else ():
             inner = block.get("content") if block["type"] == "tool_result" else [block]
@@ -128,9 +129,7 @@ def sent_results(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return found
 
 
-def check_against_request(
-    citation: CitationsSearchResultLocation, messages: list[dict[str, Any]]
-) -> None:
+def check_against_request(citation: CitationsSearchResultLocation, messages: Sequence[Any]) -> None:
     sent = sent_results(messages)[citation.search_result_index]
     assert (citation.source, citation.title) == (sent["source"], sent["title"])
     texts = [item["text"] for item in sent["content"]]
@@ -168,9 +167,10 @@ def test_search_result_index_counts_across_two_user_turns(client: anthropic.Anth
 
 def test_a_cited_answer_replays_in_a_later_turn(client: anthropic.Anthropic) -> None:
     first = client.messages.create(model="m", max_tokens=512, messages=TOP_LEVEL)
-    follow_up = [
+    replayed: Any = [block.to_dict() for block in first.content]  # the SDK's blocks as JSON
+    follow_up: list[MessageParam] = [
         *TOP_LEVEL,
-        {"role": "assistant", "content": [block.to_dict() for block in first.content]},
+        {"role": "assistant", "content": replayed},
         {"role": "user", "content": "And when do orders ship?"},
     ]
     message = client.messages.create(model="m", max_tokens=512, messages=follow_up)
@@ -183,7 +183,7 @@ def test_a_cited_answer_replays_in_a_later_turn(client: anthropic.Anthropic) -> 
     "messages", [TOP_LEVEL, TOOL_CALL, TWO_TURNS], ids=["top level", "tool result", "two turns"]
 )
 def test_stream_accumulates_the_same_message(
-    client: anthropic.Anthropic, messages: list[dict[str, Any]]
+    client: anthropic.Anthropic, messages: list[MessageParam]
 ) -> None:
     created = client.messages.create(model="claude-sonnet-5", max_tokens=512, messages=messages)
     with client.messages.stream(
@@ -282,7 +282,7 @@ INVALID = [
     ids=[name for name, _, _ in INVALID],
 )
 def test_refusals_reach_the_sdk_as_bad_requests(
-    client: anthropic.Anthropic, messages: list[dict[str, Any]], message: str
+    client: anthropic.Anthropic, messages: list[Any], message: str
 ) -> None:
     for call in (
         lambda: client.messages.create(model="m", max_tokens=100, messages=messages),

@@ -400,7 +400,7 @@ MIXED = (
 
 
 def _edit(data: dict[str, Any], change: Callable[[dict[str, Any]], None]) -> dict[str, Any]:
-    copy = json.loads(json.dumps(data))
+    copy: dict[str, Any] = json.loads(json.dumps(data))
     change(copy)
     return copy
 
