@@ -7,11 +7,11 @@ from typing import TypeVar
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.db.models import Answer, Conversation, Document
+from app.db.models import Answer, Collection, Conversation, Document
 from app.errors import NotFound
 from app.pagination import Page, decode_cursor, paginate
 
-Owned = TypeVar("Owned", Document, Answer, Conversation)
+Owned = TypeVar("Owned", Document, Answer, Conversation, Collection)
 
 
 async def get_owned(

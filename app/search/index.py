@@ -1,0 +1,117 @@
+"""The full-text index of the chunks, in the database that holds them.
+
+SQLite: ``chunk_search``, a contentless FTS5 table keyed by the chunk's rowid and kept by
+triggers on ``document_chunks``, ranked by BM25. PostgreSQL: ``document_chunks.search_vector``,
+a stored generated ``tsvector`` with a GIN index, ranked by ``ts_rank_cd``. Either way the index
+is written by the statement that writes the chunk, in its transaction: a document is searchable
+once stored and never half-indexed, and the index goes with the chunks when they are deleted.
+Both read ``coalesce(search_text, text)`` (see app.search.terms) and stem English.
+
+Neither is described by the SQLAlchemy models (an FTS5 table, a computed column of one
+dialect): ``is_index_object`` tells Alembic's comparison to leave them alone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import orjson
+from sqlalchemy import String, and_, bindparam, or_, select, text
+from sqlalchemy.dialects.postgresql import ARRAY
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from app.db.models import DocumentChunk
+from app.search.passages import ChunkRange, Hit, StoredChunk
+from app.search.terms import fts5_match, tsquery
+
+FTS_TABLE = "chunk_search"
+VECTOR_COLUMN = "search_vector"
+VECTOR_INDEX = "ix_document_chunks_search_vector"
+
+_SQLITE_RANKED = text(
+    """
+    SELECT c.document_id, c.chunk_index, c.page_number, -bm25(chunk_search) AS score
+    FROM chunk_search JOIN document_chunks AS c ON c.rowid = chunk_search.rowid
+    WHERE chunk_search MATCH :match AND c.tenant_id = :tenant_id
+      AND c.document_id IN (SELECT value FROM json_each(:document_ids))
+    ORDER BY score DESC, c.document_id, c.chunk_index
+    LIMIT :limit
+    """
+)
+
+_POSTGRES_RANKED = text(
+    """
+    SELECT c.document_id, c.chunk_index, c.page_number, ts_rank_cd(c.search_vector, q) AS score
+    FROM document_chunks AS c, to_tsquery('english', :query) AS q
+    WHERE c.search_vector @@ q AND c.tenant_id = :tenant_id
+      AND c.document_id = ANY(:document_ids)
+    ORDER BY score DESC, c.document_id, c.chunk_index
+    LIMIT :limit
+    """
+).bindparams(bindparam("document_ids", type_=ARRAY(String)))
+
+
+def is_index_object(name: str | None, type_: str) -> bool:
+    """Whether Alembic sees a part of the search index (FTS5's tables, the tsvector column and
+    its index), which the models do not describe."""
+    if name is None:
+        return False
+    if type_ == "table":
+        return name == FTS_TABLE or name.startswith(f"{FTS_TABLE}_")
+    return name in (VECTOR_COLUMN, VECTOR_INDEX)
+
+
+async def ranked_chunks(
+    session: AsyncSession,
+    tenant_id: str,
+    terms: list[str],
+    document_ids: Sequence[str],
+    limit: int,
+) -> list[Hit]:
+    """The best ``limit`` chunks of those documents for any of the terms, best first."""
+    if not terms or not document_ids:
+        return []
+    connection = await session.connection()
+    parameters: dict[str, Any] = {"tenant_id": tenant_id, "limit": limit}
+    if connection.dialect.name == "postgresql":
+        statement = _POSTGRES_RANKED
+        parameters |= {"query": tsquery(terms), "document_ids": list(document_ids)}
+    else:
+        statement = _SQLITE_RANKED
+        # One JSON parameter however many documents: SQLite limits the number of parameters.
+        parameters |= {
+            "match": fts5_match(terms),
+            "document_ids": orjson.dumps(list(document_ids)).decode(),
+        }
+    rows = await session.execute(statement, parameters)
+    return [Hit(row[0], row[1], row[2], float(row[3])) for row in rows.all()]
+
+
+async def read_chunks(
+    session: AsyncSession, tenant_id: str, ranges: Sequence[ChunkRange]
+) -> dict[tuple[str, int], StoredChunk]:
+    """The chunks in those ranges, by (document id, chunk index)."""
+    if not ranges:
+        return {}
+    query = select(
+        DocumentChunk.document_id,
+        DocumentChunk.chunk_index,
+        DocumentChunk.text,
+        DocumentChunk.start_char,
+        DocumentChunk.end_char,
+        DocumentChunk.page_number,
+    ).where(
+        DocumentChunk.tenant_id == tenant_id,
+        or_(
+            *(
+                and_(
+                    DocumentChunk.document_id == chunk_range.document_id,
+                    DocumentChunk.chunk_index.between(chunk_range.first, chunk_range.last),
+                )
+                for chunk_range in ranges
+            )
+        ),
+    )
+    rows = await session.execute(query)
+    return {(row[0], row[1]): StoredChunk(*row) for row in rows.all()}
