@@ -16,23 +16,17 @@ class SearchRequest(BaseModel):
         extra="forbid",
         json_schema_extra={
             "examples": [{"query": "How do I get a refund?", "collection_id": "col_01jf3k2m4n5p"}],
-            # What the validator below enforces, for clients and schema-driven tests.
-            "oneOf": [
-                {
-                    "required": ["collection_id"],
-                    "properties": {
-                        "collection_id": {"type": "string"},
-                        "document_ids": {"type": "null"},
-                    },
-                },
-                {
-                    "required": ["document_ids"],
-                    "properties": {
-                        "document_ids": {"type": "array"},
-                        "collection_id": {"type": "null"},
-                    },
-                },
-            ],
+            # What the validator below enforces, for clients and schema-driven tests (null is
+            # as good as absent).
+            "if": {
+                "required": ["collection_id"],
+                "properties": {"collection_id": {"type": "string"}},
+            },
+            "then": {"properties": {"document_ids": {"type": "null"}}},
+            "else": {
+                "required": ["document_ids"],
+                "properties": {"document_ids": {"type": "array"}},
+            },
         },
     )
 
