@@ -34,6 +34,7 @@ from app.errors import InvalidDocument, InvalidRequest, PayloadTooLarge
 from app.ids import new_id
 from app.observability import note_ingested
 from app.pagination import Page, decode_cursor, paginate
+from app.search.index import index_document
 from app.search.terms import indexed_text
 
 log = logging.getLogger(__name__)
@@ -224,6 +225,7 @@ async def _store(
             for chunk_text in (parsed.text[chunk.start : chunk.end],)
         ]
         await _insert_chunks(session, rows)
+        await index_document(session, document.id)
         await session.commit()
     except IntegrityError:
         # The same bytes were stored by a concurrent request: answer with that document.
@@ -250,8 +252,7 @@ _CHUNK_COLUMNS = (
 
 async def _insert_chunks(session: AsyncSession, rows: list[tuple[Any, ...]]) -> None:
     """The index rows, in the session's transaction. PostgreSQL gets them by COPY: a 1 MB text
-    makes ten thousand rows, and batched INSERTs of them cost more than parsing did. The search
-    index is written with them (app.search.index)."""
+    makes ten thousand rows, and batched INSERTs of them cost more than parsing did."""
     if not rows:
         return
     connection = await session.connection()

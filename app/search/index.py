@@ -1,9 +1,10 @@
 """The full-text index of the chunks, in the database that holds them.
 
-SQLite: ``chunk_search``, a contentless FTS5 table keyed by the chunk's rowid and kept by
-triggers on ``document_chunks``, ranked by BM25. PostgreSQL: ``document_chunks.search_vector``,
+SQLite: ``chunk_search``, a contentless FTS5 table keyed by the chunk's rowid, written by
+``index_document`` after the chunks and emptied by a trigger when they are deleted, ranked by
+BM25. PostgreSQL: ``document_chunks.search_vector``,
 a stored generated ``tsvector`` with a GIN index, ranked by ``ts_rank_cd``. Either way the index
-is written by the statement that writes the chunk, in its transaction: a document is searchable
+is written in the transaction that writes the chunks: a document is searchable
 once stored and never half-indexed, and the index goes with the chunks when they are deleted.
 Both read ``coalesce(search_text, text)`` (see app.search.terms) and stem English.
 
@@ -17,11 +18,10 @@ from collections.abc import Sequence
 from typing import Any
 
 import orjson
-from sqlalchemy import String, and_, bindparam, or_, select, text
+from sqlalchemy import Integer, String, bindparam, text
 from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.db.models import DocumentChunk
 from app.search.passages import ChunkRange, Hit, StoredChunk
 from app.search.terms import fts5_match, tsquery
 
@@ -50,6 +50,46 @@ _POSTGRES_RANKED = text(
     LIMIT :limit
     """
 ).bindparams(bindparam("document_ids", type_=ARRAY(String)))
+
+
+_SQLITE_INDEX_DOCUMENT = text(
+    """
+    INSERT INTO chunk_search(rowid, terms)
+    SELECT rowid, coalesce(search_text, text) FROM document_chunks WHERE document_id = :document_id
+    """
+)
+
+
+async def index_document(session: AsyncSession, document_id: str) -> None:
+    """Index the document's chunks, just stored in this transaction. One statement for them
+    all: FTS5 writes a segment at the end of each statement. PostgreSQL computes the column."""
+    connection = await session.connection()
+    if connection.dialect.name == "sqlite":
+        await session.execute(_SQLITE_INDEX_DOCUMENT, {"document_id": document_id})
+
+
+# The ranges as one parameter (a JSON array, or arrays): one statement of one shape however
+# many ranges, which each read the chunks' primary key.
+_SQLITE_RANGES = text(
+    """
+    SELECT c.document_id, c.chunk_index, c.text, c.start_char, c.end_char, c.page_number
+    FROM json_each(:ranges) AS r JOIN document_chunks AS c
+      ON c.document_id = json_extract(r.value, '$[0]')
+     AND c.chunk_index BETWEEN json_extract(r.value, '$[1]') AND json_extract(r.value, '$[2]')
+    """
+)
+_POSTGRES_RANGES = text(
+    """
+    SELECT c.document_id, c.chunk_index, c.text, c.start_char, c.end_char, c.page_number
+    FROM unnest(:documents, :firsts, :lasts) AS r(document_id, first, last)
+    JOIN document_chunks AS c
+      ON c.document_id = r.document_id AND c.chunk_index BETWEEN r.first AND r.last
+    """
+).bindparams(
+    bindparam("documents", type_=ARRAY(String)),
+    bindparam("firsts", type_=ARRAY(Integer)),
+    bindparam("lasts", type_=ARRAY(Integer)),
+)
 
 
 def is_index_object(name: str | None, type_: str) -> bool:
@@ -89,29 +129,24 @@ async def ranked_chunks(
 
 
 async def read_chunks(
-    session: AsyncSession, tenant_id: str, ranges: Sequence[ChunkRange]
+    session: AsyncSession, ranges: Sequence[ChunkRange]
 ) -> dict[tuple[str, int], StoredChunk]:
-    """The chunks in those ranges, by (document id, chunk index)."""
+    """The chunks in those ranges, by (document id, chunk index). The ranges come from hits of
+    ``ranked_chunks``, which only finds the tenant's chunks. (A tenant condition here too would
+    lead SQLite to read every chunk of the tenant by its tenant index.)"""
     if not ranges:
         return {}
-    query = select(
-        DocumentChunk.document_id,
-        DocumentChunk.chunk_index,
-        DocumentChunk.text,
-        DocumentChunk.start_char,
-        DocumentChunk.end_char,
-        DocumentChunk.page_number,
-    ).where(
-        DocumentChunk.tenant_id == tenant_id,
-        or_(
-            *(
-                and_(
-                    DocumentChunk.document_id == chunk_range.document_id,
-                    DocumentChunk.chunk_index.between(chunk_range.first, chunk_range.last),
-                )
-                for chunk_range in ranges
-            )
-        ),
-    )
-    rows = await session.execute(query)
+    connection = await session.connection()
+    if connection.dialect.name == "postgresql":
+        statement = _POSTGRES_RANGES
+        parameters: dict[str, Any] = {
+            "documents": [r.document_id for r in ranges],
+            "firsts": [r.first for r in ranges],
+            "lasts": [r.last for r in ranges],
+        }
+    else:
+        statement = _SQLITE_RANGES
+        ranges_json = [[r.document_id, r.first, r.last] for r in ranges]
+        parameters = {"ranges": orjson.dumps(ranges_json).decode()}
+    rows = await session.execute(statement, parameters)
     return {(row[0], row[1]): StoredChunk(*row) for row in rows.all()}

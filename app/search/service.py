@@ -53,7 +53,7 @@ async def search_passages(
         session, tenant_id, terms, document_ids, limit * (2 * window + 1) * 2
     )
     hits = candidate_hits(ranked, limit, per_document, window)
-    chunks = await index.read_chunks(session, tenant_id, ranges_to_read(hits, window))
+    chunks = await index.read_chunks(session, ranges_to_read(hits, window))
     windows = build_windows(hits, chunks, limit=limit, window=window, per_document=per_document)
     titles = await titles_of(session, tenant_id, {w.document_id for w in windows})
     return [

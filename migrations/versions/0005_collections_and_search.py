@@ -24,13 +24,13 @@ depends_on: str | Sequence[str] | None = None
 _BATCH = 5000
 
 # SQLite: FTS5 keeps only the index (content=''), keyed by the chunk's rowid. A contentless table
-# forgets a row when told the row's indexed text, which the delete trigger gives it.
+# forgets a row when told the row's indexed text, which the delete trigger gives it. New chunks
+# are indexed by the statement that app.search.index.index_document runs after storing them,
+# not by an insert trigger: FTS5 writes what it holds at the end of each statement, and chunks
+# are inserted one statement a row.
 _SQLITE_UP = [
     """CREATE VIRTUAL TABLE chunk_search USING fts5(
         terms, content='', tokenize='porter unicode61 remove_diacritics 2')""",
-    """CREATE TRIGGER document_chunks_search_insert AFTER INSERT ON document_chunks BEGIN
-        INSERT INTO chunk_search(rowid, terms) VALUES (new.rowid, coalesce(new.search_text, new.text));
-    END""",
     """CREATE TRIGGER document_chunks_search_delete AFTER DELETE ON document_chunks BEGIN
         INSERT INTO chunk_search(chunk_search, rowid, terms)
         VALUES ('delete', old.rowid, coalesce(old.search_text, old.text));
@@ -46,7 +46,6 @@ _SQLITE_UP = [
 _SQLITE_DOWN = [
     "DROP TRIGGER document_chunks_search_update",
     "DROP TRIGGER document_chunks_search_delete",
-    "DROP TRIGGER document_chunks_search_insert",
     "DROP TABLE chunk_search",
 ]
 _POSTGRES_UP = [
