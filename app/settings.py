@@ -101,7 +101,11 @@ class Settings(BaseSettings):
         "(on its page).",
     )
     search_max_passages_per_document: int = Field(
-        default=3, ge=1, le=100, description="Passages of one document in a search at most."
+        default=5,
+        ge=1,
+        le=100,
+        description="Passages of one document in a search at most, so that one long document "
+        "cannot take every slot.",
     )
 
     @property

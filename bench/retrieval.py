@@ -201,12 +201,13 @@ def vocabulary(size: int, rng: random.Random) -> list[str]:
 
 
 class TextMaker:
-    """English-like sentences: a Zipf-distributed vocabulary with common words between."""
+    """English-like sentences: content words drawn by Zipf's law from rank 100 on, as in
+    English, where the first hundred ranks are function words, with function words between."""
 
     def __init__(self, seed: int = 11, words: int = 30_000) -> None:
         self.rng = random.Random(seed)
         self.words = vocabulary(words, self.rng)
-        weights = [1 / (rank + 1) ** 1.05 for rank in range(len(self.words))]
+        weights = [1 / (rank + 100) for rank in range(len(self.words))]
         self.cumulative = list(_accumulate(weights))
 
     def sentence(self) -> str:
@@ -230,11 +231,16 @@ def _accumulate(weights: list[float]) -> list[float]:
 
 
 def drop_index(url: str) -> None:
+    """The schema without the search index. On SQLite the service still runs its statement
+    that indexes a document: into a view that takes the rows and keeps nothing."""
     statements = (
         [
             "DROP TRIGGER document_chunks_search_delete",
             "DROP TRIGGER document_chunks_search_update",
             "DROP TABLE chunk_search",
+            "CREATE VIEW chunk_search(rowid, terms) AS SELECT 0, '' WHERE 0",
+            "CREATE TRIGGER chunk_search_nothing INSTEAD OF INSERT ON chunk_search BEGIN "
+            "SELECT 1; END",
         ]
         if make_url(url).drivername.startswith("sqlite")
         else [
@@ -265,6 +271,22 @@ def ingest(url: str, documents: list[bytes], report_every: int = 0) -> tuple[lis
         return ids, time.perf_counter() - started
 
     return in_session(url, work)
+
+
+def settle(url: str) -> None:
+    """What autovacuum does after a bulk load (statistics; on PostgreSQL the GIN index's pending
+    entries merged), so that searches meet the database as it usually is."""
+    postgres = not make_url(url).drivername.startswith("sqlite")
+
+    async def run() -> None:
+        engine = create_engine(url, poolclass=NullPool, isolation_level="AUTOCOMMIT")
+        async with engine.connect() as connection:
+            await connection.execute(text("VACUUM ANALYZE" if postgres else "ANALYZE"))
+        await engine.dispose()
+
+    started = time.perf_counter()
+    asyncio.run(run())
+    print(f"{'VACUUM ANALYZE' if postgres else 'ANALYZE'} in {time.perf_counter() - started:.0f} s")
 
 
 def percentile(values: list[float], fraction: float) -> float:
@@ -306,6 +328,7 @@ def scale(database_url: str | None, count: int, compare: int, queries: int) -> N
         return counted.collection.id
 
     collection_id = in_session(url, collect)
+    settle(url)
     rng = random.Random(5)
     asked = []
     for _ in range(queries):
@@ -331,7 +354,8 @@ def scale(database_url: str | None, count: int, compare: int, queries: int) -> N
     print(
         f"searchPassages over a collection of {count} documents ({chunks} chunks), "
         f"{queries} queries ({found} found passages): "
-        f"p50 {statistics.median(timings) * 1000:.1f} ms (target < 20), p95 {percentile(timings, 0.95) * 1000:.1f} ms (target < 50), "
+        f"p50 {statistics.median(timings) * 1000:.1f} ms (target < 20), "
+        f"p95 {percentile(timings, 0.95) * 1000:.1f} ms (target < 50), "
         f"max {max(timings) * 1000:.1f} ms"
     )
     print(f"service peak RSS: {rss:.0f} MiB (target < 300)")

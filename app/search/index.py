@@ -40,13 +40,19 @@ _SQLITE_RANKED = text(
     """
 )
 
+# The GIN index finds the matching chunks, and only they are ranked; the wanted documents are
+# a hash join, not a filter the planner may prefer to drive the scan with (it cannot tell how
+# few of the documents' chunks match).
 _POSTGRES_RANKED = text(
     """
-    SELECT c.document_id, c.chunk_index, c.page_number, ts_rank_cd(c.search_vector, q) AS score
-    FROM document_chunks AS c, to_tsquery('english', :query) AS q
-    WHERE c.search_vector @@ q AND c.tenant_id = :tenant_id
-      AND c.document_id = ANY(:document_ids)
-    ORDER BY score DESC, c.document_id, c.chunk_index
+    WITH matching AS MATERIALIZED (
+        SELECT c.document_id, c.chunk_index, c.page_number, c.search_vector, q
+        FROM document_chunks AS c, to_tsquery('english', :query) AS q
+        WHERE c.search_vector @@ q AND c.tenant_id = :tenant_id
+    )
+    SELECT m.document_id, m.chunk_index, m.page_number, ts_rank_cd(m.search_vector, m.q) AS score
+    FROM matching AS m JOIN unnest(:document_ids) AS wanted(document_id) USING (document_id)
+    ORDER BY score DESC, m.document_id, m.chunk_index
     LIMIT :limit
     """
 ).bindparams(bindparam("document_ids", type_=ARRAY(String)))

@@ -14,6 +14,7 @@ from app.collections.service import collection_document_ids
 from app.db.engine import run_in_session
 from app.db.models import DEFAULT_TENANT_ID
 from app.search.service import search_passages
+from app.settings import Settings
 from tests.e2e.test_documents import all_chunks, assert_problem, upload
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
@@ -137,19 +138,19 @@ def test_hostile_queries_are_words(client: httpx.Client, library: dict[str, str]
     assert client.get(f"/v1/documents/{library['help_center_1']}").status_code == 200
 
 
-def test_passages_are_widened_merged_and_capped(client: httpx.Client) -> None:
-    sentences = [f"Filler sentence number {n} is here. " for n in range(40)]
-    for n in (10, 12, 30):
+def test_passages_are_widened_merged_and_capped(client: httpx.Client, settings: Settings) -> None:
+    window, cap = settings.search_window_chunks, settings.search_max_passages_per_document
+    assert (window, cap) == (2, 5), "the defaults this test is written for"
+    sentences = [f"Filler sentence number {n} is here. " for n in range(60)]
+    for n in (10, 12, 30, 36, 42, 48):
         sentences[n] = f"The zebra {n} crossed the road. "
-    sentences[20] = "A zebra appeared once more. "
+    sentences[20] = "A zebra appeared once more, a zebra. "  # the best hit
     document = upload(client, "zebras.txt", "".join(sentences).encode()).json()["id"]
     passages = search(client, query="zebra", document_ids=[document], limit=10)
-    # Hits 10 and 12 widen to 8-12 and 10-14 and merge; 20 and 30 are passages of their own;
-    # the cap of three passages a document leaves out the worst of the four.
-    assert len(passages) == 3
-    runs = sorted(p["chunk_indices"] for p in passages)
-    assert list(range(8, 15)) in runs
-    assert all(len(run) in (5, 7) for run in runs)
+    # Each hit widens by two chunks a side; 10 and 12 (8-12, 10-14) merge into one: six
+    # passages, of which the cap keeps five: the best, then the equals in document order.
+    runs = [(p["chunk_indices"][0], p["chunk_indices"][-1]) for p in passages]
+    assert runs == [(18, 22), (8, 14), (28, 32), (34, 38), (40, 44)]
     scores = [p["score"] for p in passages]
     assert scores == sorted(scores, reverse=True)
     assert len(search(client, query="zebra", document_ids=[document], limit=1)) == 1
