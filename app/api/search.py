@@ -6,9 +6,9 @@ from fastapi import APIRouter
 
 from app.api.deps import SessionDep, SettingsDep, TenantDep
 from app.api.problems import AUTH_PROBLEMS, BODY_PROBLEMS, problems
-from app.collections.service import collection_document_ids, owned_document_ids
+from app.collections.service import owned_document_ids
 from app.search.schemas import PassageOut, SearchRequest, SearchResponse
-from app.search.service import search_passages
+from app.search.service import search_collection_passages, search_passages
 
 router = APIRouter(prefix="/v1/search", tags=["search"], responses=problems(*AUTH_PROBLEMS))
 
@@ -23,19 +23,29 @@ router = APIRouter(prefix="/v1/search", tags=["search"], responses=problems(*AUT
 async def search(
     body: SearchRequest, session: SessionDep, tenant_id: TenantDep, settings: SettingsDep
 ) -> SearchResponse:
+    window = settings.search_window_chunks
+    per_document = settings.search_max_passages_per_document
     if body.collection_id is not None:
-        document_ids = await collection_document_ids(session, tenant_id, body.collection_id)
+        passages = await search_collection_passages(
+            session,
+            tenant_id,
+            body.query,
+            body.collection_id,
+            body.limit,
+            window=window,
+            per_document=per_document,
+        )
     else:
         document_ids = await owned_document_ids(session, tenant_id, body.document_ids or [])
-    passages = await search_passages(
-        session,
-        tenant_id,
-        body.query,
-        document_ids,
-        body.limit,
-        window=settings.search_window_chunks,
-        per_document=settings.search_max_passages_per_document,
-    )
+        passages = await search_passages(
+            session,
+            tenant_id,
+            body.query,
+            document_ids,
+            body.limit,
+            window=window,
+            per_document=per_document,
+        )
     return SearchResponse(
         data=[
             PassageOut(

@@ -15,6 +15,7 @@ dialect): ``is_index_object`` tells Alembic's comparison to leave them alone.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
@@ -29,33 +30,65 @@ FTS_TABLE = "chunk_search"
 VECTOR_COLUMN = "search_vector"
 VECTOR_INDEX = "ix_document_chunks_search_vector"
 
-_SQLITE_RANKED = text(
-    """
+# A search covers either some documents (a JSON array or an array parameter: one parameter
+# however many) or a collection. Each statement is written out whole: only parameters vary.
+_SQLITE_RANKED = """
     SELECT c.document_id, c.chunk_index, c.page_number, -bm25(chunk_search) AS score
     FROM chunk_search JOIN document_chunks AS c ON c.rowid = chunk_search.rowid
-    WHERE chunk_search MATCH :match AND c.tenant_id = :tenant_id
-      AND c.document_id IN (SELECT value FROM json_each(:document_ids))
+    WHERE chunk_search MATCH :match AND c.tenant_id = :tenant_id AND c.document_id IN ({scope})
     ORDER BY score DESC, c.document_id, c.chunk_index
     LIMIT :limit
-    """
+"""
+_SQLITE_RANKED_IN_DOCUMENTS = text(
+    _SQLITE_RANKED.format(scope="SELECT value FROM json_each(:document_ids)")
+)
+_SQLITE_RANKED_IN_COLLECTION = text(
+    _SQLITE_RANKED.format(
+        scope="SELECT document_id FROM collection_documents WHERE collection_id = :collection_id"
+    )
 )
 
 # The GIN index finds the matching chunks, and only they are ranked; the wanted documents are
-# a hash join, not a filter the planner may prefer to drive the scan with (it cannot tell how
-# few of the documents' chunks match).
-_POSTGRES_RANKED = text(
-    """
+# a join, not a filter the planner may prefer to drive the scan with (it cannot tell how few
+# of the documents' chunks match).
+_POSTGRES_RANKED = """
     WITH matching AS MATERIALIZED (
         SELECT c.document_id, c.chunk_index, c.page_number, c.search_vector, q
         FROM document_chunks AS c, to_tsquery('english', :query) AS q
         WHERE c.search_vector @@ q AND c.tenant_id = :tenant_id
     )
     SELECT m.document_id, m.chunk_index, m.page_number, ts_rank_cd(m.search_vector, m.q) AS score
-    FROM matching AS m JOIN unnest(:document_ids) AS wanted(document_id) USING (document_id)
+    FROM matching AS m JOIN {scope} USING (document_id)
     ORDER BY score DESC, m.document_id, m.chunk_index
     LIMIT :limit
-    """
+"""
+_POSTGRES_RANKED_IN_DOCUMENTS = text(
+    _POSTGRES_RANKED.format(scope="unnest(:document_ids) AS wanted(document_id)")
 ).bindparams(bindparam("document_ids", type_=ARRAY(String)))
+_POSTGRES_RANKED_IN_COLLECTION = text(
+    _POSTGRES_RANKED.format(
+        scope="(SELECT document_id FROM collection_documents "
+        "WHERE collection_id = :collection_id) AS wanted"
+    )
+)
+
+# How many chunks match a term, counted up to a cap: the count stops there, so a common word
+# costs no more than a rare one.
+_SQLITE_MATCH_COUNT = text(
+    "SELECT count(*) FROM (SELECT 1 FROM chunk_search WHERE chunk_search MATCH :match LIMIT :cap)"
+)
+_POSTGRES_MATCH_COUNT = text(
+    "SELECT count(*) FROM (SELECT 1 FROM document_chunks "
+    "WHERE search_vector @@ to_tsquery('english', :query) LIMIT :cap) AS matching"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Scope:
+    """What a search covers: these documents, or the documents of this collection."""
+
+    document_ids: Sequence[str] = ()
+    collection_id: str | None = None
 
 
 _SQLITE_INDEX_DOCUMENT = text(
@@ -108,28 +141,46 @@ def is_index_object(name: str | None, type_: str) -> bool:
     return name in (VECTOR_COLUMN, VECTOR_INDEX)
 
 
+async def match_counts(session: AsyncSession, terms: list[str], cap: int) -> list[int]:
+    """For each term, how many chunks (of any tenant) match it, counted up to ``cap``."""
+    connection = await session.connection()
+    postgres = connection.dialect.name == "postgresql"
+    counts = []
+    for term in terms:
+        if postgres:
+            count = await session.scalar(_POSTGRES_MATCH_COUNT, {"query": term, "cap": cap})
+        else:
+            count = await session.scalar(
+                _SQLITE_MATCH_COUNT, {"match": fts5_match([term]), "cap": cap}
+            )
+        counts.append(int(count or 0))
+    return counts
+
+
 async def ranked_chunks(
-    session: AsyncSession,
-    tenant_id: str,
-    terms: list[str],
-    document_ids: Sequence[str],
-    limit: int,
+    session: AsyncSession, tenant_id: str, terms: list[str], scope: Scope, limit: int
 ) -> list[Hit]:
-    """The best ``limit`` chunks of those documents for any of the terms, best first."""
-    if not terms or not document_ids:
+    """The best ``limit`` of the tenant's chunks in scope for any of the terms, best first."""
+    if not terms or (scope.collection_id is None and not scope.document_ids):
         return []
     connection = await session.connection()
     parameters: dict[str, Any] = {"tenant_id": tenant_id, "limit": limit}
+    if scope.collection_id is not None:
+        parameters["collection_id"] = scope.collection_id
     if connection.dialect.name == "postgresql":
-        statement = _POSTGRES_RANKED
-        parameters |= {"query": tsquery(terms), "document_ids": list(document_ids)}
+        parameters["query"] = tsquery(terms)
+        if scope.collection_id is not None:
+            statement = _POSTGRES_RANKED_IN_COLLECTION
+        else:
+            statement = _POSTGRES_RANKED_IN_DOCUMENTS
+            parameters["document_ids"] = list(scope.document_ids)
     else:
-        statement = _SQLITE_RANKED
-        # One JSON parameter however many documents: SQLite limits the number of parameters.
-        parameters |= {
-            "match": fts5_match(terms),
-            "document_ids": orjson.dumps(list(document_ids)).decode(),
-        }
+        parameters["match"] = fts5_match(terms)
+        if scope.collection_id is not None:
+            statement = _SQLITE_RANKED_IN_COLLECTION
+        else:
+            statement = _SQLITE_RANKED_IN_DOCUMENTS
+            parameters["document_ids"] = orjson.dumps(list(scope.document_ids)).decode()
     rows = await session.execute(statement, parameters)
     return [Hit(row[0], row[1], row[2], float(row[3])) for row in rows.all()]
 

@@ -81,3 +81,22 @@ def tsquery(terms: list[str]) -> str:
     """A ``to_tsquery`` expression: any of the terms. Terms hold only letters and digits, none
     of which is tsquery syntax."""
     return " | ".join(terms)
+
+
+def affordable_terms(terms: list[str], counts: list[int], budget: int) -> list[str]:
+    """The terms worth ranking by, in query order: the rarest first, for as long as the
+    chunks they match stay within ``budget``, and always the rarest one that matches.
+
+    Ranking costs time for every chunk that matches, and the common words of a query (a
+    word in every fiftieth chunk of a large library) add most of the chunks and the least to
+    the ranking: the rarer a word, the more weight BM25 gives it. Terms that match nothing go.
+    """
+    by_rarity = sorted((count, position) for position, count in enumerate(counts) if count > 0)
+    kept: set[int] = set()
+    total = 0
+    for count, position in by_rarity:
+        if kept and total + count > budget:
+            break
+        kept.add(position)
+        total += count
+    return [term for position, term in enumerate(terms) if position in kept]

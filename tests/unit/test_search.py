@@ -6,7 +6,14 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from app.search.passages import Hit, StoredChunk, build_windows, candidate_hits, ranges_to_read
-from app.search.terms import MAX_QUERY_TERMS, fts5_match, indexed_text, query_terms, tsquery
+from app.search.terms import (
+    MAX_QUERY_TERMS,
+    affordable_terms,
+    fts5_match,
+    indexed_text,
+    query_terms,
+    tsquery,
+)
 
 
 @given(st.text())
@@ -90,3 +97,12 @@ def test_a_missing_chunk_leaves_its_hit_out() -> None:
     hits = [Hit("d", 1, 1, 5.0), Hit("d", 2, 1, 1.0)]
     windows = build_windows(hits, chunks, limit=5, window=1, per_document=3)
     assert [[c.chunk_index for c in w.chunks] for w in windows] == [[2]]
+
+
+def test_the_rarest_terms_are_ranked_by_within_the_budget() -> None:
+    terms = ["common", "rare", "none", "middling"]
+    assert affordable_terms(terms, [900, 3, 0, 100], budget=200) == ["rare", "middling"]
+    assert affordable_terms(terms, [900, 3, 0, 100], budget=2000) == ["common", "rare", "middling"]
+    # The rarest that matches is kept even when it alone exceeds the budget.
+    assert affordable_terms(terms, [900, 500, 0, 700], budget=100) == ["rare"]
+    assert affordable_terms(terms, [0, 0, 0, 0], budget=100) == []
