@@ -99,12 +99,14 @@ async def remove_document(
     """Take the document out of the collection (the document stays); 404 when it is not in it."""
     collection = await _owned(session, tenant_id, collection_id)
     result = await session.execute(
-        delete(CollectionDocument).where(
+        delete(CollectionDocument)
+        .where(
             CollectionDocument.collection_id == collection.id,
             CollectionDocument.document_id == document_id,
         )
+        .returning(CollectionDocument.document_id)
     )
-    if not getattr(result, "rowcount", 0):
+    if result.first() is None:
         raise NotFound(f"No document with id {document_id!r}.", code="document_not_found")
     await session.commit()
 
