@@ -112,6 +112,8 @@ class ErrorCode(StrEnum):
         404,
         "`citegate keys revoke` of an unknown key id (the CLI only)",
     )
+    # Collections
+    COLLECTION_NOT_FOUND = "collection_not_found", 404, "an unknown or deleted collection id"
     # Documents
     DOCUMENT_NOT_FOUND = "document_not_found", 404, "an unknown or deleted document id"
     UNSUPPORTED_MEDIA_TYPE = "unsupported_media_type", 415, "a document neither PDF nor text"

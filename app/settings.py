@@ -99,6 +99,20 @@ class Settings(BaseSettings):
     max_pdf_pages_per_request: int = Field(
         default=600, ge=1, description="The upstream's PDF page limit for one request."
     )
+    search_window_chunks: int = Field(
+        default=2,
+        ge=0,
+        le=20,
+        description="A passage is the matching chunk and up to this many chunks on each side "
+        "(on its page).",
+    )
+    search_max_passages_per_document: int = Field(
+        default=5,
+        ge=1,
+        le=100,
+        description="Passages of one document in a search at most, so that one long document "
+        "cannot take every slot.",
+    )
 
     @property
     def default_model(self) -> str:

@@ -25,7 +25,15 @@ from starlette.types import ASGIApp
 
 from app.db.engine import create_engine
 from app.db.migrations import upgrade_to_head
-from app.db.models import DEFAULT_TENANT_ID, Answer, ApiKey, Conversation, Document, Tenant
+from app.db.models import (
+    DEFAULT_TENANT_ID,
+    Answer,
+    ApiKey,
+    Collection,
+    Conversation,
+    Document,
+    Tenant,
+)
 from app.main import create_app
 from app.settings import Settings
 from tests.fake_upstream import FakeUpstream
@@ -144,6 +152,7 @@ async def _delete_everything(url: str) -> None:
     async with engine.begin() as connection:
         await connection.execute(delete(Answer))
         await connection.execute(delete(Conversation))
+        await connection.execute(delete(Collection))
         await connection.execute(delete(Document))  # blobs and chunks go by cascade
         await connection.execute(delete(ApiKey))
         await connection.execute(delete(Tenant).where(Tenant.id != DEFAULT_TENANT_ID))

@@ -18,7 +18,7 @@ from sqlalchemy import delete, insert, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.db.models import Document, DocumentBlob, DocumentChunk
+from app.db.models import CollectionDocument, Document, DocumentBlob, DocumentChunk
 from app.db.tenancy import get_owned, list_newest
 from app.documents.kinds import (
     CONTENT,
@@ -34,6 +34,8 @@ from app.errors import ErrorCode, InvalidDocument, PayloadTooLarge
 from app.ids import new_id
 from app.observability import note_ingested
 from app.pagination import Page, decode_index_cursor, paginate
+from app.search.index import index_document
+from app.search.terms import indexed_text
 
 log = logging.getLogger(__name__)
 
@@ -214,15 +216,18 @@ async def _store(
                 document.id,
                 index,
                 tenant_id,
-                parsed.text[chunk.start : chunk.end],
+                chunk_text,
                 chunk.start,
                 chunk.end,
                 chunk.page_number,
                 chunk.block_index,
+                indexed_text(chunk_text),
             )
             for index, chunk in enumerate(parsed.chunks)
+            for chunk_text in (parsed.text[chunk.start : chunk.end],)
         ]
         await _insert_chunks(session, rows)
+        await index_document(session, document.id)
         await session.commit()
     except IntegrityError:
         # The same bytes were stored by a concurrent request: answer with that document.
@@ -243,6 +248,7 @@ _CHUNK_COLUMNS = (
     "end_char",
     "page_number",
     "block_index",
+    "search_text",
 )
 
 
@@ -318,7 +324,7 @@ async def delete_document(
 ) -> None:
     """Delete the document with its bytes and its index; no question is answered from it again."""
     document = await get_document(session, tenant_id, document_id)
-    for table in (DocumentChunk, DocumentBlob):
+    for table in (CollectionDocument, DocumentChunk, DocumentBlob):
         await session.execute(delete(table).where(table.document_id == document.id))
     await session.delete(document)
     await session.commit()
