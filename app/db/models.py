@@ -132,6 +132,8 @@ class DocumentChunk(Base):
     end_char: Mapped[int] = mapped_column(Integer)
     page_number: Mapped[int | None] = mapped_column(Integer)
     block_index: Mapped[int | None] = mapped_column(Integer)
+    # Where a converted document's chunk stands in the original: {"paragraph": 12}, ...
+    locator: Mapped[dict[str, Any] | None] = mapped_column(JSON)
 
 
 class Conversation(Base):
