@@ -61,11 +61,12 @@ class MarkdownKind(ConvertedTextKind):
             raise no_text("Markdown document")
         chunks: list[ChunkSpan] = []
         for start, end, line in _sections(text):
-            locator = {"line": line}
-            chunks.extend(
-                ChunkSpan(start + s, start + e, locator=locator)
-                for s, e in split_sentences(text[start:end])
-            )
+            section = text[start:end]
+            position = 0
+            for s, e in split_sentences(section):
+                line += section.count("\n", position, s)  # the line this chunk starts on
+                position = s
+                chunks.append(ChunkSpan(start + s, start + e, locator={"line": line}))
         return ParsedDocument(
             text, chunks, media_type=charset_media_type(self.media_type, encoding)
         )

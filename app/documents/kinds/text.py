@@ -47,14 +47,18 @@ def bom_encoding(data: bytes) -> tuple[str, int] | None:
 
 
 def decode_text(data: bytes, charset: str | None) -> tuple[str, str]:
-    """The text of ``data`` and the encoding it was read in: a BOM's, else the declared
-    charset, else UTF-8. Anything that does not decode is ``text_not_utf8``."""
+    """The text of ``data`` and the name of its encoding (as a ``charset=`` says it): a BOM's,
+    else the declared charset, else UTF-8. Anything that does not decode is
+    ``text_not_utf8``."""
     found = bom_encoding(data)
     if found is not None:
         encoding, skip = found
+        label = encoding.removesuffix("-le").removesuffix("-be")  # the BOM stays in the bytes
     else:
         encoding, skip = "utf-8", 0
+        label = "utf-8"
         if charset:
+            label = charset.lower()  # as the caller named it, for serving the bytes back
             try:
                 encoding = codecs.lookup(charset).name
             except LookupError:
@@ -75,7 +79,7 @@ def decode_text(data: bytes, charset: str | None) -> tuple[str, str]:
         ) from exc
     if "\x00" in text:
         raise InvalidDocument("The text contains a NUL character.", code=ErrorCode.INVALID_TEXT)
-    return text, encoding
+    return text, "utf-8" if encoding == "utf-8" else label
 
 
 def charset_media_type(media_type: str, encoding: str) -> str | None:
