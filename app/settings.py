@@ -26,6 +26,15 @@ class Settings(BaseSettings):
         gt=0,
         description="Largest document accepted, in bytes (the upstream's request limit).",
     )
+    max_unpacked_bytes: int = Field(
+        default=128 * MIB,
+        gt=0,
+        description="Largest size a .docx, .xlsx or .pptx may unpack to, in bytes (against "
+        "ZIP bombs).",
+    )
+    max_sheet_rows: int = Field(
+        default=100_000, gt=0, description="Most rows read from a spreadsheet, in all its sheets."
+    )
     log_level: str = "INFO"
     auth: Literal["auto", "required"] = Field(
         default="auto",

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, model_validator
 
@@ -83,6 +83,12 @@ class Span(BaseModel):
     start_page: int | None = Field(description="First page of the span (PDFs).")
     end_page: int | None = Field(description="Last page of the span, inclusive (PDFs).")
     chunk_indices: list[int]
+    locator: dict[str, Any] | None = Field(
+        default=None,
+        description="Where the span stands in a converted document's original: its first "
+        'chunk\'s locator (`{"paragraph": 12}`, `{"slide": 4}`), or for spreadsheet rows '
+        'every row cited (`{"sheet": "Q3", "rows": [14, 15]}`); null for text and PDF.',
+    )
 
 
 class _Resolved(BaseModel):

@@ -132,6 +132,8 @@ class DocumentChunk(Base):
     end_char: Mapped[int] = mapped_column(Integer)
     page_number: Mapped[int | None] = mapped_column(Integer)
     block_index: Mapped[int | None] = mapped_column(Integer)
+    # Where a converted document's chunk stands in the original: {"paragraph": 12}, ...
+    locator: Mapped[dict[str, Any] | None] = mapped_column(JSON)
     # What the search index reads instead of ``text`` when the two differ (Chinese or Japanese,
     # see app.search.terms); NULL for most chunks. The index itself is in app.search.index.
     search_text: Mapped[str | None] = mapped_column(Text)

@@ -37,13 +37,15 @@ def test_bytes_declared_as_a_pdf_must_be_one() -> None:
     assert error.value.code == "pdf_invalid"
 
 
-def test_utf16_text_names_its_encoding() -> None:
+def test_utf16_text_is_decoded_and_bad_bytes_name_its_encoding() -> None:
     data = "Hello.".encode("utf-16")
     assert identify(data) is TEXT
+    parsed = TEXT.parse(data)
+    assert (parsed.text, parsed.media_type) == ("Hello.", "text/plain; charset=utf-16")
     with pytest.raises(InvalidDocument) as error:
-        TEXT.parse(data)
+        TEXT.parse(data + b"\x00\xd8")  # a lone surrogate
     assert error.value.code == "text_not_utf8"
-    assert "UTF-16" in error.value.detail
+    assert "utf-16" in error.value.detail
 
 
 def test_text_keeps_crlf_and_drops_bom() -> None:
