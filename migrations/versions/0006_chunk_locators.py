@@ -19,11 +19,13 @@ branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
 
+# Plain ALTER TABLE, never a batch: on SQLite a batch rebuilds the table, which renumbers the
+# rowids that the search index (0005) is keyed by and drops its triggers.
+
+
 def upgrade() -> None:
-    with op.batch_alter_table("document_chunks") as batch:
-        batch.add_column(sa.Column("locator", sa.JSON(), nullable=True))
+    op.add_column("document_chunks", sa.Column("locator", sa.JSON(), nullable=True))
 
 
 def downgrade() -> None:
-    with op.batch_alter_table("document_chunks") as batch:
-        batch.drop_column("locator")
+    op.drop_column("document_chunks", "locator")
