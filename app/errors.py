@@ -112,11 +112,26 @@ class ErrorCode(StrEnum):
         404,
         "`citegate keys revoke` of an unknown key id (the CLI only)",
     )
+    # Collections
+    COLLECTION_NOT_FOUND = "collection_not_found", 404, "an unknown or deleted collection id"
     # Documents
     DOCUMENT_NOT_FOUND = "document_not_found", 404, "an unknown or deleted document id"
-    UNSUPPORTED_MEDIA_TYPE = "unsupported_media_type", 415, "a document neither PDF nor text"
-    EMPTY_DOCUMENT = "empty_document", 422, "an empty or whitespace-only file"
-    TEXT_NOT_UTF8 = "text_not_utf8", 422, "text that is not UTF-8"
+    UNSUPPORTED_MEDIA_TYPE = (
+        "unsupported_media_type",
+        415,
+        "a document of no supported format (an image, a ZIP that is no Office file, a legacy .doc)",
+    )
+    EMPTY_DOCUMENT = (
+        "empty_document",
+        422,
+        "an empty or whitespace-only file, or one with no visible text (an HTML page of "
+        "script, a workbook with no rows)",
+    )
+    TEXT_NOT_UTF8 = (
+        "text_not_utf8",
+        422,
+        "text that is not UTF-8, UTF-16 or UTF-32 with a BOM, nor in the declared `charset=`",
+    )
     INVALID_TEXT = "invalid_text", 422, "text holding a NUL character"
     INVALID_BASE64 = "invalid_base64", 422, "`source.data` is not base64"
     PDF_INVALID = (
@@ -125,6 +140,27 @@ class ErrorCode(StrEnum):
         "a damaged or truncated PDF, or no PDF where one was declared",
     )
     PDF_ENCRYPTED = "pdf_encrypted", 422, "an encrypted PDF"
+    DOCUMENT_ENCRYPTED = (
+        "document_encrypted",
+        422,
+        "a password-protected Word, Excel or PowerPoint file",
+    )
+    OFFICE_FILE_INVALID = (
+        "office_file_invalid",
+        422,
+        "a damaged or truncated .docx, .xlsx or .pptx (ZIP) file",
+    )
+    UNPACKED_TOO_LARGE = (
+        "unpacked_too_large",
+        422,
+        "a .docx, .xlsx or .pptx that unpacks past `CITEGATE_MAX_UNPACKED_BYTES`",
+    )
+    TOO_MANY_ROWS = (
+        "too_many_rows",
+        422,
+        "a spreadsheet with more rows than `CITEGATE_MAX_SHEET_ROWS`",
+    )
+    SPREADSHEET_INVALID = "spreadsheet_invalid", 422, "a CSV or TSV that cannot be read"
     # Answers and conversations
     ANSWER_NOT_FOUND = "answer_not_found", 404, "an unknown answer id"
     CONVERSATION_NOT_FOUND = (

@@ -12,7 +12,7 @@ import httpx
 from fastapi import Depends, FastAPI
 
 from app.answers.service import AnswerContext
-from app.api import answers, conversations, health
+from app.api import answers, collections, conversations, health, search
 from app.api.body_limit import DeclaredLengthLimit
 from app.api.deps import require_principal
 from app.api.documents import documents_router
@@ -94,6 +94,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(documents_router(settings), dependencies=authenticated)
     app.include_router(answers.router, dependencies=authenticated)
     app.include_router(conversations.router, dependencies=authenticated)
+    app.include_router(collections.router, dependencies=authenticated)
+    app.include_router(search.router, dependencies=authenticated)
     return app
 
 

@@ -26,6 +26,15 @@ class Settings(BaseSettings):
         gt=0,
         description="Largest document accepted, in bytes (the upstream's request limit).",
     )
+    max_unpacked_bytes: int = Field(
+        default=128 * MIB,
+        gt=0,
+        description="Largest size a .docx, .xlsx or .pptx may unpack to, in bytes (against "
+        "ZIP bombs).",
+    )
+    max_sheet_rows: int = Field(
+        default=100_000, gt=0, description="Most rows read from a spreadsheet, in all its sheets."
+    )
     log_level: str = "INFO"
     auth: Literal["auto", "required"] = Field(
         default="auto",
@@ -104,6 +113,20 @@ class Settings(BaseSettings):
         ge=1,
         description="Estimated input tokens above which `auto` retrieval sends passages rather "
         "than whole documents.",
+    )
+    search_window_chunks: int = Field(
+        default=2,
+        ge=0,
+        le=20,
+        description="A passage is the matching chunk and up to this many chunks on each side "
+        "(on its page).",
+    )
+    search_max_passages_per_document: int = Field(
+        default=5,
+        ge=1,
+        le=100,
+        description="Passages of one document in a search at most, so that one long document "
+        "cannot take every slot.",
     )
 
     @property

@@ -1,5 +1,6 @@
 """Ingestion speed: a 117-page PDF and 1 MB of English text through the API, next to bare
-pypdfium2 extraction of the same PDF. Prints figures; asserts nothing.
+pypdfium2 extraction of the same PDF; then, on a service of its own (so that its peak RSS is
+theirs), a 300-page .docx and a 100,000-row .xlsx. Prints figures; asserts nothing.
 
     .venv/bin/python bench/ingest.py [--database-url URL] [--rounds N]
 
@@ -10,13 +11,16 @@ The service runs as `citegate serve` in its own process on a fresh database, so 
 from __future__ import annotations
 
 import argparse
+import io
 import random
 import statistics
 import time
 from pathlib import Path
 
+import docx
 import httpx
 import pypdfium2 as pdfium
+import xlsxwriter
 from harness import peak_rss_mib, running
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -40,6 +44,57 @@ def english_text(size: int, seed: int = 7) -> str:
         sentences.append(sentence)
         total += len(sentence)
     return "".join(sentences)[:size]
+
+
+def word_document(pages: int) -> bytes:
+    """About ``pages`` pages of prose: a heading and five 100-word paragraphs a page."""
+    document = docx.Document()
+    text = english_text(pages * 3_300)
+    for page in range(pages):
+        document.add_heading(f"Section {page + 1}", level=2)
+        for paragraph in range(5):
+            start = (page * 5 + paragraph) * 640
+            document.add_paragraph(text[start : start + 640])
+    buffer = io.BytesIO()
+    document.save(buffer)
+    return buffer.getvalue()
+
+
+def workbook(rows: int) -> bytes:
+    buffer = io.BytesIO()
+    book = xlsxwriter.Workbook(buffer, {"in_memory": True})
+    sheet = book.add_worksheet("Orders")
+    sheet.write_row(0, 0, ["Order", "Customer", "Region", "Amount", "Status"])
+    rng = random.Random(3)
+    for row in range(1, rows + 1):
+        sheet.write_row(
+            row,
+            0,
+            [
+                row,
+                f"Customer {rng.randint(1, 5000)}",
+                rng.choice(WORDS),
+                rng.random() * 1000,
+                rng.choice(["open", "paid", "late"]),
+            ],
+        )
+    book.close()
+    return buffer.getvalue()
+
+
+def office_figures(database_url: str | None) -> None:
+    document, book = word_document(300), workbook(100_000)
+    with (
+        running(database_url, None) as stack,
+        httpx.Client(base_url=stack.citegate, headers=stack.headers, timeout=300) as http,
+    ):
+        timed_upload(http, "warmup.docx", word_document(2))
+        docx_s = timed_upload(http, "report.docx", document)
+        xlsx_s = timed_upload(http, "orders.xlsx", book)
+        rss = peak_rss_mib(stack.pid)
+    print(f"300-page .docx ({len(document) / 1e6:.1f} MB): {docx_s * 1000:.0f} ms (target < 3 s)")
+    print(f"100,000-row .xlsx ({len(book) / 1e6:.1f} MB): {xlsx_s * 1000:.0f} ms (target < 10 s)")
+    print(f"service peak RSS with both: {rss:.0f} MiB (target < 300 MiB)")
 
 
 def bare_extraction(data: bytes) -> float:
@@ -90,6 +145,7 @@ def main() -> None:
     )
     print(f"1 MB English text through the API: {text_s * 1000:.0f} ms (target < 500 ms)")
     print(f"service peak RSS: {rss:.0f} MiB")
+    office_figures(args.database_url)
 
 
 if __name__ == "__main__":

@@ -11,6 +11,7 @@ from sqlalchemy.pool import NullPool
 
 from app.db.engine import create_engine
 from app.db.models import Base
+from app.search.index import is_index_object
 from app.settings import Settings
 
 config = context.config
@@ -24,12 +25,20 @@ def _database_url() -> str:
     return config.get_main_option("sqlalchemy.url") or Settings().database_url
 
 
+def _include_object(
+    _: object, name: str | None, type_: str, reflected: bool, compare_to: object
+) -> bool:
+    # The search index is made by hand in its migration; the models do not describe it.
+    return not (reflected and compare_to is None and is_index_object(name, type_))
+
+
 def _run(connection: Connection) -> None:
     context.configure(
         connection=connection,
         target_metadata=target_metadata,
         render_as_batch=connection.dialect.name == "sqlite",
         compare_type=True,
+        include_object=_include_object,
     )
     with context.begin_transaction():
         context.run_migrations()

@@ -10,6 +10,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Self
 
 import coredis
 import httpx
@@ -24,7 +25,15 @@ from starlette.types import ASGIApp
 
 from app.db.engine import create_engine
 from app.db.migrations import upgrade_to_head
-from app.db.models import DEFAULT_TENANT_ID, Answer, ApiKey, Conversation, Document, Tenant
+from app.db.models import (
+    DEFAULT_TENANT_ID,
+    Answer,
+    ApiKey,
+    Collection,
+    Conversation,
+    Document,
+    Tenant,
+)
 from app.main import create_app
 from app.settings import Settings
 from tests.fake_upstream import FakeUpstream
@@ -93,7 +102,7 @@ class Served:
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self.server.run, daemon=True)
 
-    def __enter__(self) -> Served:
+    def __enter__(self) -> Self:
         self.thread.start()
         deadline = time.monotonic() + 20
         while not self.server.started:
@@ -143,6 +152,7 @@ async def _delete_everything(url: str) -> None:
     async with engine.begin() as connection:
         await connection.execute(delete(Answer))
         await connection.execute(delete(Conversation))
+        await connection.execute(delete(Collection))
         await connection.execute(delete(Document))  # blobs and chunks go by cascade
         await connection.execute(delete(ApiKey))
         await connection.execute(delete(Tenant).where(Tenant.id != DEFAULT_TENANT_ID))
@@ -184,7 +194,9 @@ def delete_rate_limit_counters(identifier: str) -> None:
     async def delete() -> None:
         redis = coredis.Redis.from_url(REDIS_URL)
         try:
-            names = [n async for n in redis.scan_iter(match=f"citegate:LIMITER/*{identifier}/*")]
+            names: list[str | bytes] = [
+                n async for n in redis.scan_iter(match=f"citegate:LIMITER/*{identifier}/*")
+            ]
             if names:
                 await redis.delete(names)
         finally:

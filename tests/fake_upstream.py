@@ -39,7 +39,7 @@ class Recorded:
 
 GRASS = "The grass is green. The sky is blue."
 # An answer about GRASS as the real API gives it: an uncited block, then a cited one.
-GRASS_ANSWER = [
+GRASS_ANSWER: list[dict[str, Any]] = [
     {"type": "text", "text": "Based on the document, "},
     {
         "type": "text",
@@ -157,7 +157,7 @@ def sse_message(content: list[dict[str, Any]], usage_out: int = 40) -> list[byte
         sse("ping", {"type": "ping"}),
     ]
     for index, block in enumerate(content):
-        start = {"type": "text", "text": ""}
+        start: dict[str, Any] = {"type": "text", "text": ""}
         if block.get("citations"):
             start["citations"] = []
         events.append(

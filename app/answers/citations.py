@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from app.answers.prompt import passage_blocks
-from app.documents.index import DocumentIndex, same_passage
+from app.documents.index import DocumentIndex, merged_locator, same_passage
 from app.documents.kinds import all_kinds, kind_named
 from app.search.service import Passage
 
@@ -77,6 +77,7 @@ def _resolve_search_result(resolved: dict[str, Any], passages: Sequence[Passage]
         "start_page": passage.start_page,
         "end_page": passage.end_page,
         "chunk_indices": [block.chunk_index for block in cited],
+        "locator": merged_locator([block.locator for block in cited]),
     }
     stored = passage.text[start - passage.start_char : stop - passage.start_char]
     resolved["verified"] = same_passage(stored, str(resolved.get("cited_text") or ""))

@@ -29,6 +29,7 @@ class PassageBlock:
     start_char: int
     end_char: int
     text: str
+    locator: dict[str, Any] | None = None
 
 
 def passage_blocks(passage: Passage) -> list[PassageBlock]:
@@ -36,9 +37,12 @@ def passage_blocks(passage: Passage) -> list[PassageBlock]:
     refuses empty text). A ``search_result_location``'s block indices index this list."""
     blocks = []
     start = passage.start_char
-    for chunk_index, text in zip(passage.chunk_indices, passage.chunk_texts, strict=True):
+    locators = passage.chunk_locators or [None] * len(passage.chunk_texts)
+    for chunk_index, text, locator in zip(
+        passage.chunk_indices, passage.chunk_texts, locators, strict=True
+    ):
         if text.strip():
-            blocks.append(PassageBlock(chunk_index, start, start + len(text), text))
+            blocks.append(PassageBlock(chunk_index, start, start + len(text), text, locator))
         start += len(text)
     return blocks
 

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, model_validator
 
 from app.documents.schemas import NO_NUL, Id
+from app.search.schemas import PassageOut
 from app.upstream.wire import MAX_DOCUMENTS_PER_REQUEST
 
 
@@ -113,6 +114,12 @@ class Span(BaseModel):
     start_page: int | None = Field(description="First page of the span (PDFs).")
     end_page: int | None = Field(description="Last page of the span, inclusive (PDFs).")
     chunk_indices: list[int]
+    locator: dict[str, Any] | None = Field(
+        default=None,
+        description="Where the span stands in a converted document's original: its first "
+        'chunk\'s locator (`{"paragraph": 12}`, `{"slide": 4}`), or for spreadsheet rows '
+        'every row cited (`{"sheet": "Q3", "rows": [14, 15]}`); null for text and PDF.',
+    )
 
 
 class _Resolved(BaseModel):
@@ -252,20 +259,6 @@ _ANSWER_EXAMPLE: dict[str, JsonValue] = {
     "upstream": {"message_id": "msg_01XFDUDYJgAACzvnptvVoYEL", "request_id": "req_011CV7x8y9z"},
     "created_at": "2025-01-01T12:00:00Z",
 }
-
-
-class PassageOut(BaseModel):
-    """A run of adjacent chunks of one document, inside one page."""
-
-    document_id: str
-    title: str | None
-    text: str
-    start_char: int
-    end_char: int
-    start_page: int | None
-    end_page: int | None
-    chunk_indices: list[int]
-    score: float
 
 
 class AnswerRetrieval(BaseModel):

@@ -228,7 +228,12 @@ def stored_passage(passage: Passage) -> dict[str, Any]:
         "chunk_indices": passage.chunk_indices,
         "score": passage.score,
         "chunk_lengths": [len(text) for text in passage.chunk_texts],
+        "chunk_locators": passage.chunk_locators,
     }
+
+
+# What an answer stores of each passage beside what the API shows: enough to send it again.
+_STORED_ONLY = ("chunk_lengths", "chunk_locators")
 
 
 def passages_asked(retrieval: dict[str, Any] | None) -> list[Passage]:
@@ -241,8 +246,9 @@ def passages_asked(retrieval: dict[str, Any] | None) -> list[Passage]:
         for length in stored["chunk_lengths"]:
             texts.append(stored["text"][start : start + length])
             start += length
-        fields = {k: v for k, v in stored.items() if k != "chunk_lengths"}
-        passages.append(Passage(**fields, chunk_texts=texts))
+        fields = {k: v for k, v in stored.items() if k not in _STORED_ONLY}
+        locators = stored.get("chunk_locators") or []
+        passages.append(Passage(**fields, chunk_texts=texts, chunk_locators=locators))
     return passages
 
 
@@ -250,7 +256,7 @@ def _retrieval_out(retrieval: dict[str, Any] | None) -> dict[str, Any]:
     if not retrieval:  # stored before retrieval existed: whole documents
         return {"mode": "documents", "passages": [], "first_new_passage": 0}
     passages = [
-        {k: v for k, v in stored.items() if k != "chunk_lengths"}
+        {k: v for k, v in stored.items() if k not in _STORED_ONLY}
         for stored in retrieval["passages"]
     ]
     return {**retrieval, "passages": passages}

@@ -23,7 +23,7 @@ from app.api.problems import AUTH_PROBLEMS, BODY_PROBLEMS, ProblemResponse, link
 from app.api.responses import OrjsonResponse
 from app.db.models import Document, DocumentChunk
 from app.documents import service
-from app.documents.kinds import all_kinds
+from app.documents.kinds import ParseOptions, all_kinds
 from app.documents.schemas import (
     NO_NUL,
     ChunkOut,
@@ -86,6 +86,7 @@ def chunk_out(chunk: DocumentChunk) -> ChunkOut:
         end_char=chunk.end_char,
         page_number=chunk.page_number,
         block_index=chunk.block_index,
+        locator=chunk.locator,
     )
 
 
@@ -130,6 +131,9 @@ async def upload_document(
     form: Annotated[DocumentUpload, File()],
 ) -> OrjsonResponse:
     max_bytes = settings.max_document_bytes
+    limits = ParseOptions(
+        max_rows=settings.max_sheet_rows, max_unpacked_bytes=settings.max_unpacked_bytes
+    )
     file = form.file
     if file.size is not None and file.size > max_bytes:
         await file.close()
@@ -146,6 +150,7 @@ async def upload_document(
         fields,
         max_bytes=max_bytes,
         declared_media_type=file.content_type,
+        limits=limits,
     )
     return _stored_response(stored)
 
@@ -197,8 +202,10 @@ async def get_document(
     response_class=Response,
     responses={
         200: {
-            "description": "The original bytes, with their media type: the PDF, the text "
-            "(UTF-8), or for a content document its blocks as JSON.",
+            "description": "The original bytes, with their media type: the PDF, the Word, "
+            "Excel or PowerPoint file, the text (with its `charset`), or for a content "
+            "document its blocks as JSON. Served under `Content-Security-Policy: sandbox`: "
+            "an uploaded HTML page never runs as a page of this service.",
             "content": {kind.media_type: {"schema": kind.content_schema} for kind in all_kinds()},
         },
         **problems(404, 422),
@@ -209,9 +216,14 @@ async def get_document_content(
 ) -> Response:
     document, data = await service.get_content(session, tenant_id, document_id)
     media_type = document.media_type
-    if media_type.startswith("text/"):
+    if media_type.startswith("text/") and "charset=" not in media_type:
         media_type += "; charset=utf-8"
-    headers = {"ETag": f'"{document.sha256}"'}
+    # Uploaded HTML (or SVG-like text) must never run as a page of this origin.
+    headers = {
+        "ETag": f'"{document.sha256}"',
+        "Content-Security-Policy": "sandbox",
+        "X-Content-Type-Options": "nosniff",
+    }
     if document.filename:
         headers["Content-Disposition"] = _content_disposition(document.filename)
     return Response(data, media_type=media_type, headers=headers)
@@ -262,7 +274,7 @@ def documents_router(settings: Settings) -> APIRouter:
         methods=["POST"],
         tags=["documents"],
         operation_id="uploadDocument",
-        summary="Upload a PDF or UTF-8 text file",
+        summary="Upload a document: PDF, Word, Excel, PowerPoint, HTML, Markdown, CSV, text",
         status_code=status.HTTP_201_CREATED,
         response_model=DocumentOut,
         response_description="The document, stored.",

@@ -33,8 +33,8 @@ def create_engine(database_url: str, **kwargs: Any) -> AsyncEngine:
 
     For SQLite the file's folder is created, foreign keys are enforced, and the process uses one
     connection: SQLite takes one writer at a time anyway, and writers that contend sleep in
-    SQLite's busy handler (up to 100 ms a try), while queueing for the one connection costs
-    microseconds. No transaction is held across a slow await (the upstream call, PDF parsing),
+    SQLite's busy handler, while a task queued for the one connection wakes as soon as it is
+    free. No transaction is held across a slow await (the upstream call, PDF parsing),
     so the queue stays short; and each statement is one trip to aiosqlite's thread
     (``app.db.sqlite``), so the connection is held for as few turns of the event loop as can be.
     """

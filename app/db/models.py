@@ -132,6 +132,39 @@ class DocumentChunk(Base):
     end_char: Mapped[int] = mapped_column(Integer)
     page_number: Mapped[int | None] = mapped_column(Integer)
     block_index: Mapped[int | None] = mapped_column(Integer)
+    # Where a converted document's chunk stands in the original: {"paragraph": 12}, ...
+    locator: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    # What the search index reads instead of ``text`` when the two differ (Chinese or Japanese,
+    # see app.search.terms); NULL for most chunks. The index itself is in app.search.index.
+    search_text: Mapped[str | None] = mapped_column(Text)
+
+
+class Collection(Base):
+    """A named set of the tenant's documents; a document may be in many."""
+
+    __tablename__ = "collections"
+
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    tenant_id: Mapped[str] = mapped_column(ForeignKey("tenants.id"), index=True)
+    name: Mapped[str] = mapped_column(String(200))
+    description: Mapped[str | None] = mapped_column(Text)
+    user_metadata: Mapped[dict[str, Any]] = mapped_column("metadata", JSON, default=dict)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+
+
+class CollectionDocument(Base):
+    """A document's membership of a collection. Goes with either of them."""
+
+    __tablename__ = "collection_documents"
+
+    collection_id: Mapped[str] = mapped_column(
+        ForeignKey("collections.id", ondelete="CASCADE"), primary_key=True
+    )
+    document_id: Mapped[str] = mapped_column(
+        ForeignKey("documents.id", ondelete="CASCADE"), primary_key=True, index=True
+    )
+    tenant_id: Mapped[str] = mapped_column(ForeignKey("tenants.id"), index=True)
+    added_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
 
 
 class Conversation(Base):

@@ -5,9 +5,10 @@ calls for each statement: open a cursor, execute, fetch the rows, close the curs
 hand-off to that thread and back, and the awaiting task resumes only after a turn of the event
 loop, while the process's one SQLite connection waits. This cursor does the four in one call,
 and a commit or rollback with no transaction open makes no trip; everything else is
-SQLAlchemy's adapter as it is. Measured: a select and commit in a session,
-634 -> 368 us of CPU; ``bench/overhead.py`` back to back (16 concurrent), 4.5-4.7 -> 4.1-4.3 ms
-of CPU per answer and 181-189 -> 199-206 answers a second.
+SQLAlchemy's adapter as it is.
+
+The cursor stands in for private parts of SQLAlchemy's adapter and of aiosqlite;
+``tests/integration/test_sqlite_driver.py`` names each one and fails when a release moves it.
 
 It is handed to SQLAlchemy through ``create_async_engine(module=...)``, the documented way to
 give a dialect its DBAPI.

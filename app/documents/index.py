@@ -36,6 +36,22 @@ class IndexedChunk:
     end: int
     page_number: int | None
     block_index: int | None
+    locator: dict[str, Any] | None = None
+
+
+def merged_locator(locators: Sequence[dict[str, Any] | None]) -> dict[str, Any] | None:
+    """The locator of a span over chunks: the first chunk's, with the ``rows`` of every chunk
+    after it on the same sheet (a citation of rows 14 and 15 is ``"rows": [14, 15]``)."""
+    first = locators[0] if locators else None
+    if first is None or "rows" not in first:
+        return first
+    sheet = first.get("sheet")
+    rows: list[int] = []
+    for locator in locators:
+        if locator is None or "rows" not in locator or locator.get("sheet") != sheet:
+            break
+        rows.extend(row for row in locator["rows"] if row not in rows)
+    return {**first, "rows": rows}
 
 
 @dataclass(frozen=True)
@@ -76,7 +92,8 @@ class DocumentIndex:
         return [chunk.end for chunk in self.chunks]
 
     def span(self, start: int, end: int) -> dict[str, Any]:
-        """The ``span`` member for text offsets: pages and chunks it covers."""
+        """The ``span`` member for text offsets: pages and chunks it covers, and where it
+        stands in the original (``locator``; null for text and PDF)."""
         # Chunks tile the text in order: the first one ending after start, then onwards.
         first = bisect.bisect_right(self._chunk_ends, start)
         inside = []
@@ -91,6 +108,7 @@ class DocumentIndex:
             "start_page": pages[0] if pages else None,
             "end_page": pages[-1] if pages else None,
             "chunk_indices": inside,
+            "locator": merged_locator([self.chunks[i].locator for i in inside]),
         }
 
 

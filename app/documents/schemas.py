@@ -156,6 +156,13 @@ class ChunkOut(BaseModel):
     end_char: int = Field(description="Exclusive end offset.")
     page_number: int | None = Field(description="1-based page of a PDF chunk.")
     block_index: int | None = Field(description="0-based block of a content chunk.")
+    locator: dict[str, Any] | None = Field(
+        default=None,
+        description="Where the chunk stands in a converted document's original: "
+        '`{"paragraph": 12}` (Word, HTML), `{"table": 2, "row": 3}` (a Word table), '
+        '`{"line": 7}` (Markdown), `{"sheet": "Q3", "rows": [14]}` (a spreadsheet; no '
+        '`sheet` for CSV and TSV), `{"slide": 4}`; null for text, PDF and content documents.',
+    )
 
 
 _NEXT_CURSOR = "`cursor` for the next page; null on the last page."

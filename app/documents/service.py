@@ -11,21 +11,25 @@ import time
 from collections.abc import Collection
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from email.message import Message
 from typing import Any
 
+import orjson
 from anyio import to_thread
 from sqlalchemy import delete, insert, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.db.models import Document, DocumentBlob, DocumentChunk
+from app.db.models import CollectionDocument, Document, DocumentBlob, DocumentChunk
 from app.db.tenancy import get_owned, list_newest
 from app.documents.kinds import (
     CONTENT,
     TEXT,
     DocumentKind,
     ParsedDocument,
+    ParseOptions,
     identify,
+    kind_for_filename,
     kind_for_media_type,
 )
 from app.documents.schemas import Base64PdfSource, DocumentSource, TextSource
@@ -34,6 +38,8 @@ from app.errors import ErrorCode, InvalidDocument, PayloadTooLarge
 from app.ids import new_id
 from app.observability import note_ingested
 from app.pagination import Page, decode_index_cursor, paginate
+from app.search.index import index_document
+from app.search.terms import indexed_text
 
 log = logging.getLogger(__name__)
 
@@ -64,11 +70,34 @@ def sha256_hex(data: bytes) -> str:
 _SERIAL_THREAD = ThreadPoolExecutor(max_workers=1, thread_name_prefix="citegate-serial-parse")
 
 
-async def parse_off_loop(data: bytes, kind: DocumentKind) -> ParsedDocument:
+async def parse_off_loop(
+    data: bytes, kind: DocumentKind, options: ParseOptions | None = None
+) -> ParsedDocument:
+    options = options or ParseOptions()
     if kind.serial:
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(_SERIAL_THREAD, kind.parse, data)
-    return await to_thread.run_sync(kind.parse, data)
+        return await loop.run_in_executor(_SERIAL_THREAD, kind.parse, data, options)
+    return await to_thread.run_sync(kind.parse, data, options)
+
+
+def _charset(media_type: str | None) -> str | None:
+    """The ``charset=`` parameter of a declared media type."""
+    if not media_type:
+        return None
+    message = Message()
+    message["Content-Type"] = media_type
+    charset = message.get_param("charset")
+    return charset if isinstance(charset, str) and charset else None
+
+
+def _hinted_kind(media_type: str | None, filename: str | None) -> DocumentKind | None:
+    """The kind the caller's media type or filename names: the filename's when the media type
+    says no more than text (browsers send .md and .csv as text/plain or octet-stream)."""
+    declared = kind_for_media_type(media_type)
+    named = kind_for_filename(filename)
+    if named is not None and (declared is None or declared is TEXT):
+        return named
+    return declared
 
 
 async def store_upload(
@@ -79,11 +108,19 @@ async def store_upload(
     *,
     max_bytes: int,
     declared_media_type: str | None = None,
+    limits: ParseOptions | None = None,
 ) -> StoredDocument:
-    """Store uploaded bytes; the kind is read from the bytes, the declared type only a hint."""
-    declared = kind_for_media_type(declared_media_type)
+    """Store uploaded bytes; the kind is read from the bytes, the declared type and the
+    filename only hints (and the declared ``charset=`` that of text without a BOM)."""
+    declared = _hinted_kind(declared_media_type, fields.filename)
+    limits = limits or ParseOptions()
+    options = ParseOptions(
+        charset=_charset(declared_media_type),
+        max_rows=limits.max_rows,
+        max_unpacked_bytes=limits.max_unpacked_bytes,
+    )
     return await store_bytes(
-        session, tenant_id, data, fields, max_bytes=max_bytes, declared=declared
+        session, tenant_id, data, fields, max_bytes=max_bytes, declared=declared, options=options
     )
 
 
@@ -138,6 +175,7 @@ async def store_bytes(
     max_bytes: int,
     kind: DocumentKind | None = None,
     declared: DocumentKind | None = None,
+    options: ParseOptions | None = None,
 ) -> StoredDocument:
     """Store a document: of ``kind`` when the caller's source says so, else of the kind its
     bytes are (``declared`` being a hint). Identical bytes of the same kind give the document
@@ -151,7 +189,7 @@ async def store_bytes(
     # End the read transaction: no connection is held while the document is parsed.
     await session.commit()
     started = time.perf_counter()
-    parsed = await parse_off_loop(data, kind)
+    parsed = await parse_off_loop(data, kind, options)
     log.info(
         "parsed %s document: %d bytes, %d chunks in %.3fs",
         kind.name,
@@ -192,7 +230,7 @@ async def _store(
         id=new_id("doc"),
         tenant_id=tenant_id,
         kind=kind.name,
-        media_type=kind.media_type,
+        media_type=parsed.media_type or kind.media_type,
         title=fields.title,
         context=fields.context,
         user_metadata=fields.metadata,
@@ -214,15 +252,19 @@ async def _store(
                 document.id,
                 index,
                 tenant_id,
-                parsed.text[chunk.start : chunk.end],
+                chunk_text,
                 chunk.start,
                 chunk.end,
                 chunk.page_number,
                 chunk.block_index,
+                indexed_text(chunk_text),
+                chunk.locator,
             )
             for index, chunk in enumerate(parsed.chunks)
+            for chunk_text in (parsed.text[chunk.start : chunk.end],)
         ]
         await _insert_chunks(session, rows)
+        await index_document(session, document.id)
         await session.commit()
     except IntegrityError:
         # The same bytes were stored by a concurrent request: answer with that document.
@@ -243,6 +285,8 @@ _CHUNK_COLUMNS = (
     "end_char",
     "page_number",
     "block_index",
+    "search_text",
+    "locator",
 )
 
 
@@ -254,8 +298,12 @@ async def _insert_chunks(session: AsyncSession, rows: list[tuple[Any, ...]]) -> 
     connection = await session.connection()
     if connection.dialect.driver == "asyncpg":
         raw = await connection.get_raw_connection()
+        # COPY takes a JSON column as its text: asyncpg encodes no dict for it.
+        records = [
+            (*row[:-1], None if row[-1] is None else orjson.dumps(row[-1]).decode()) for row in rows
+        ]
         await raw.driver_connection.copy_records_to_table(  # type: ignore[union-attr]
-            DocumentChunk.__tablename__, records=rows, columns=_CHUNK_COLUMNS
+            DocumentChunk.__tablename__, records=records, columns=_CHUNK_COLUMNS
         )
     else:
         await session.execute(
@@ -318,7 +366,7 @@ async def delete_document(
 ) -> None:
     """Delete the document with its bytes and its index; no question is answered from it again."""
     document = await get_document(session, tenant_id, document_id)
-    for table in (DocumentChunk, DocumentBlob):
+    for table in (CollectionDocument, DocumentChunk, DocumentBlob):
         await session.execute(delete(table).where(table.document_id == document.id))
     await session.delete(document)
     await session.commit()

@@ -285,13 +285,14 @@ async def _build(
             DocumentChunk.end_char,
             DocumentChunk.page_number,
             DocumentChunk.block_index,
+            DocumentChunk.locator,
         )
         .where(DocumentChunk.document_id.in_(ids))
         .order_by(DocumentChunk.document_id, DocumentChunk.chunk_index)
     )
     chunks: dict[str, list[tuple[str, IndexedChunk]]] = {document_id: [] for document_id in ids}
-    for document_id, text, start, end, page, block in chunk_rows.all():
-        chunks[document_id].append((text, IndexedChunk(start, end, page, block)))
+    for document_id, text, start, end, page, block, locator in chunk_rows.all():
+        chunks[document_id].append((text, IndexedChunk(start, end, page, block, locator)))
     sends_original = [d.id for d in documents if kind_named(d.kind).sends_original]
     originals: dict[str, bytes] = {}
     if sends_original:

@@ -1,12 +1,16 @@
 """Extractive answers: rank the documents' chunks against the question, quote the best ones, and
 cite each quote exactly.
 
+Documents and search results are ranked together, as one corpus: a search result is one more
+kind of citable source, whose chunks are its text blocks.
+
 Selection: every chunk is scored with BM25 against the question; the chunks that score at least
-half of the best, at most three, are quoted in document order. Neighbouring chunks of one
+half of the best, at most three, are quoted in request order. Neighbouring chunks of one
 document that match a common question word are merged into one citation (as the upstream merges
 consecutive sentences); chunks that match different words answer different parts of the question
 and keep a citation each ("The grass is green. " and "The sky is blue." for "What color is the
-grass and sky?"). PDF sentences merge only within a page; content blocks never merge.
+grass and sky?"). PDF sentences merge only within a page; the blocks of a content document or a
+search result never merge.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from app.local_engine.wire import (
     Citation,
     ContentBlockLocation,
     PageLocation,
+    SearchResultLocation,
     StopReason,
     TextBlock,
 )
@@ -39,12 +44,14 @@ _HYPHENATION = re.compile("[\u0002\ufffe]")
 
 @dataclass(frozen=True, slots=True)
 class ScoredChunk:
-    """A chunk, its BM25 score and the question words it contains."""
+    """A chunk, its BM25 score and the question words it contains; ``order`` is its source's
+    place among the request's documents and search results."""
 
     document: RequestDocument
     chunk: Chunk
     score: float
     terms: frozenset[str]
+    order: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,20 +78,24 @@ class LimitedAnswer:
 
 
 def rank_chunks(question: str, documents: Sequence[RequestDocument]) -> list[ScoredChunk]:
-    """The chunks that match the question at all, best first; ties go to document order."""
-    pairs = [(document, chunk) for document in documents for chunk in document.chunks]
-    if not pairs:
+    """The chunks that match the question at all, best first; ties go to request order."""
+    triples = [
+        (order, document, chunk)
+        for order, document in enumerate(documents)
+        for chunk in document.chunks
+    ]
+    if not triples:
         return []
-    corpus = [tokenize(chunk.text) for _, chunk in pairs]
+    corpus = [tokenize(chunk.text) for _, _, chunk in triples]
     query = tokenize(question)
     scores = Bm25(corpus).scores(query)
     wanted = set(query)
     scored = [
-        ScoredChunk(document, chunk, score, frozenset(wanted.intersection(tokens)))
-        for (document, chunk), tokens, score in zip(pairs, corpus, scores, strict=True)
+        ScoredChunk(document, chunk, score, frozenset(wanted.intersection(tokens)), order)
+        for (order, document, chunk), tokens, score in zip(triples, corpus, scores, strict=True)
         if score > 0.0
     ]
-    scored.sort(key=lambda item: (-item.score, item.document.index, item.chunk.position))
+    scored.sort(key=lambda item: (-item.score, item.order, item.chunk.position))
     return scored
 
 
@@ -95,13 +106,13 @@ def select_passages(
     max_chunks: int = MAX_QUOTED_CHUNKS,
     relative_floor: float = RELATIVE_FLOOR,
 ) -> list[Passage]:
-    """The passages that answer the question, in document order (see the module docstring)."""
+    """The passages that answer the question, in request order (see the module docstring)."""
     ranked = rank_chunks(question, documents)
     if not ranked:
         return []
     floor = ranked[0].score * relative_floor
     chosen = [item for item in ranked if item.score >= floor][:max_chunks]
-    chosen.sort(key=lambda item: (item.document.index, item.chunk.position))
+    chosen.sort(key=lambda item: (item.order, item.chunk.position))
     groups: list[list[ScoredChunk]] = []
     for item in chosen:
         if groups and _continues(groups[-1][-1], item):
@@ -112,20 +123,31 @@ def select_passages(
 
 
 def _continues(previous: ScoredChunk, item: ScoredChunk) -> bool:
-    if previous.document.index != item.document.index:
+    if previous.order != item.order:
         return False
     if item.chunk.position != previous.chunk.position + 1:
         return False
     kind = item.document.kind
-    if kind == "content" or (kind == "pdf" and item.chunk.start != previous.chunk.start):
+    if kind in ("content", "search_result"):
+        return False
+    if kind == "pdf" and item.chunk.start != previous.chunk.start:
         return False
     return bool(previous.terms & item.terms)
 
 
 def citation_for(passage: Passage) -> Citation:
-    """The citation of a passage, in the location type of its document's kind."""
+    """The citation of a passage, in the location type of its source's kind."""
     document = passage.document
     first, last = passage.chunks[0], passage.chunks[-1]
+    if document.kind == "search_result":
+        return SearchResultLocation(
+            cited_text=passage.cited_text,
+            source=document.source or "",
+            title=document.title,
+            search_result_index=document.index,
+            start_block_index=first.start,
+            end_block_index=last.end,
+        )
     if document.kind == "text":
         return CharLocation(
             cited_text=passage.cited_text,

@@ -1,9 +1,10 @@
-"""The request's documents cut into citable chunks, as the upstream cuts them.
+"""The request's citable sources (documents and search results) cut into citable chunks, as the
+upstream cuts them.
 
 Plain text and PDF pages are split into sentences (``split_sentences``: trailing whitespace
-belongs to the sentence, so "The grass is green. " is 0-20); a content document's text blocks are
-its chunks, as given. Each chunk keeps exactly the text a citation of it quotes (``cited_text``)
-and where it is: character offsets, a page number, or a block index.
+belongs to the sentence, so "The grass is green. " is 0-20); the text blocks of a content document
+or of a search result are its chunks, as given. Each chunk keeps exactly the text a citation of it
+quotes (``cited_text``) and where it is: character offsets, a page number, or a block index.
 """
 
 from __future__ import annotations
@@ -15,13 +16,15 @@ from typing import Literal
 from app.documents.chunking import split_sentences
 from app.local_engine.wire import (
     Base64PdfSource,
+    CitableBlock,
     ContentSource,
     DocumentBlockParam,
     PlainTextSource,
+    SearchResultBlockParam,
     UncitedTextBlockParam,
 )
 
-DocumentKind = Literal["text", "pdf", "content"]
+DocumentKind = Literal["text", "pdf", "content", "search_result"]
 
 # PDFium marks a line-break hyphenation with U+FFFE; the upstream's own extraction (its PDF
 # cited_text) has U+0002 there.
@@ -34,7 +37,8 @@ class Chunk:
     """The smallest citable unit of a document.
 
     ``start``/``end`` (end exclusive) are character offsets into a text document's data, the
-    1-based page number and the next for a PDF, the block index and the next for content.
+    1-based page number and the next for a PDF, the block index and the next for content and
+    search results.
     ``text`` is what a citation of this chunk alone quotes.
     """
 
@@ -46,7 +50,9 @@ class Chunk:
 
 @dataclass(frozen=True, slots=True)
 class RequestDocument:
-    """A document block of the request, chunked; ``index`` is its ``document_index``."""
+    """A citable source of the request, chunked: a document block, whose ``index`` is its
+    ``document_index``, or a search result (kind ``search_result``), whose ``index`` is its
+    ``search_result_index`` and whose ``source`` is its ``source``."""
 
     index: int
     title: str | None
@@ -55,6 +61,7 @@ class RequestDocument:
     chunks: tuple[Chunk, ...]
     # The text the model reads: the data, each page, or each text block (for the token estimate).
     text_parts: tuple[str, ...]
+    source: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,8 +141,31 @@ def chunk_document(block: DocumentBlockParam, index: int, load_pdf: PdfLoader) -
     )
 
 
-def chunk_documents(
-    blocks: Sequence[DocumentBlockParam], load_pdf: PdfLoader
-) -> list[RequestDocument]:
-    """Chunk every document block of a request, numbered in request order."""
-    return [chunk_document(block, index, load_pdf) for index, block in enumerate(blocks)]
+def chunk_search_result(block: SearchResultBlockParam, index: int) -> RequestDocument:
+    """One chunk per text block of a search result; ``index`` is its ``search_result_index``."""
+    texts = tuple(item.text for item in block.content)
+    return RequestDocument(
+        index=index,
+        title=block.title,
+        kind="search_result",
+        citations_enabled=block.citations_enabled,
+        chunks=tuple(Chunk(place, text, place, place + 1) for place, text in enumerate(texts)),
+        text_parts=texts,
+        source=block.source,
+    )
+
+
+def chunk_documents(blocks: Sequence[CitableBlock], load_pdf: PdfLoader) -> list[RequestDocument]:
+    """Chunk every document and search result of a request, in request order; documents and
+    search results are numbered each on their own, as ``document_index`` and
+    ``search_result_index`` count them."""
+    chunked: list[RequestDocument] = []
+    documents = search_results = 0
+    for block in blocks:
+        if isinstance(block, SearchResultBlockParam):
+            chunked.append(chunk_search_result(block, search_results))
+            search_results += 1
+        else:
+            chunked.append(chunk_document(block, documents, load_pdf))
+            documents += 1
+    return chunked

@@ -66,8 +66,9 @@ class LocalEngine:
         self.fail_streams_after_blocks = fail_streams_after_blocks
 
     def documents(self, request: ParsedRequest) -> list[RequestDocument]:
-        """The request's documents, chunked (PDFs through the cache). Blocking."""
-        return chunk_documents(request.documents, self.pdf_cache.load)
+        """The request's documents and search results, chunked (PDFs through the cache).
+        Blocking."""
+        return chunk_documents(request.citable_blocks, self.pdf_cache.load)
 
     def create_message_blocking(self, request: ParsedRequest) -> Message:
         """Answer a validated request, and account its usage against the prompt cache."""

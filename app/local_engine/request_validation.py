@@ -3,9 +3,9 @@
 
 Shape errors come from pydantic and are worded like the upstream's (``max_tokens: Field
 required``). The rules pydantic cannot express are checked after: what each role may carry under
-the ``anthropic-version``, non-empty text, citations on all documents or none, at most 4
-``cache_control`` blocks and their TTL order. Where the real wording is unknown, the message says
-the same thing plainly (marked below).
+the ``anthropic-version``, non-empty text (in documents and search results too), citations on
+all documents and search results or on none, at most 4 ``cache_control`` blocks and their TTL
+order. Where the real wording is unknown, the message says the same thing plainly (marked below).
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from app.local_engine.wire import (
     AssistantBlock,
     Block,
     CacheControlParam,
+    CitableBlock,
     ContentSource,
     CountTokensParams,
     CreateMessageParams,
@@ -31,8 +32,10 @@ from app.local_engine.wire import (
     FileSource,
     LegacyAssistantBlock,
     LegacyUserBlock,
+    SearchResultBlockParam,
     TextBlockParam,
     ToolParam,
+    ToolResultBlockParam,
     UncitedTextBlockParam,
     UrlPdfSource,
     UserBlock,
@@ -76,23 +79,36 @@ class ParsedRequest:
     @property
     def documents(self) -> list[DocumentBlockParam]:
         """Every document block, in request order: ``document_index`` counts these."""
-        return [
-            block
-            for turn in self.turns
-            for block in turn.blocks
-            if isinstance(block, DocumentBlockParam)
-        ]
+        return [block for block in self.citable_blocks if isinstance(block, DocumentBlockParam)]
+
+    @property
+    def citable_blocks(self) -> list[CitableBlock]:
+        """Every document and search result (top level or inside a tool result), in the order
+        the prompt reads them: ``document_index`` counts the documents among them and
+        ``search_result_index`` the search results."""
+        found: list[CitableBlock] = []
+        for turn in self.turns:
+            for block in turn.blocks:
+                if isinstance(block, DocumentBlockParam | SearchResultBlockParam):
+                    found.append(block)
+                elif isinstance(block, ToolResultBlockParam):
+                    found.extend(block.search_results)
+        return found
 
     @property
     def question(self) -> str:
-        """The text blocks of the last user turn, one per line."""
+        """The text blocks of the last user turn that has any, one per line (a turn that only
+        returns a tool's results answers the question of an earlier one)."""
         for turn in reversed(self.turns):
-            if turn.role == "user":
-                return "\n".join(
-                    block.text
-                    for block in turn.blocks
-                    if isinstance(block, TextBlockParam | UncitedTextBlockParam)
-                )
+            if turn.role != "user":
+                continue
+            texts = [
+                block.text
+                for block in turn.blocks
+                if isinstance(block, TextBlockParam | UncitedTextBlockParam)
+            ]
+            if texts:
+                return "\n".join(texts)
         return ""
 
 
@@ -227,6 +243,13 @@ def _parse_content(role: Role, content: Any, number: int, current: bool) -> list
             _check_text(block.text, "messages")
         elif isinstance(block, DocumentBlockParam):
             _check_document_source(block, f"messages.{number}.content.{place}.document.source")
+        elif isinstance(block, SearchResultBlockParam):
+            _check_search_result(block, f"messages.{number}.content.{place}.search_result")
+        elif isinstance(block, ToolResultBlockParam):
+            for inner, item in enumerate(block.content):
+                if isinstance(item, SearchResultBlockParam):
+                    where = f"messages.{number}.content.{place}.tool_result.content.{inner}"
+                    _check_search_result(item, f"{where}.search_result")
     return blocks
 
 
@@ -248,25 +271,39 @@ def _check_document_source(block: DocumentBlockParam, where: str) -> None:
     if isinstance(source, ContentSource) and not isinstance(source.content, str):
         if not source.content:
             raise InvalidRequestError(f"{where}.content: List should have at least 1 item")
-        last = len(source.content) - 1
-        for place, item in enumerate(source.content):
-            if isinstance(item, UncitedTextBlockParam):
-                _check_text(item.text, "messages")
-            if item.cache_control is not None and place != last:
-                # Wording not confirmed against the upstream.
-                raise InvalidRequestError(
-                    f"{where}.content.{place}.cache_control: cache_control is only allowed on "
-                    "the last block of a content source; put it on the document block instead"
-                )
+        _check_citable_blocks(source.content, where, "content source", "document")
     elif isinstance(source, ContentSource) and not source.content:
         raise InvalidRequestError(f"{where}.content: String should have at least 1 character")
 
 
+def _check_search_result(block: SearchResultBlockParam, where: str) -> None:
+    # An empty content list is refused by the model (min_length); here, its blocks.
+    _check_citable_blocks(block.content, where, "search result", "search_result")
+
+
+def _check_citable_blocks(blocks: Sequence[BaseModel], where: str, holder: str, outer: str) -> None:
+    last = len(blocks) - 1
+    for place, item in enumerate(blocks):
+        if isinstance(item, UncitedTextBlockParam):
+            _check_text(item.text, "messages")
+        if getattr(item, "cache_control", None) is not None and place != last:
+            # Wording not confirmed against the upstream.
+            raise InvalidRequestError(
+                f"{where}.content.{place}.cache_control: cache_control is only allowed on "
+                f"the last block of a {holder}; put it on the {outer} block instead"
+            )
+
+
 def _check_documents(request: ParsedRequest, output_config: dict[str, Any] | None) -> None:
-    documents = request.documents
-    enabled = {document.citations_enabled for document in documents}
+    citable = request.citable_blocks
+    enabled = {block.citations_enabled for block in citable}
     if len(enabled) > 1:
         # Wording not confirmed: the documented rule, said as the documentation says it.
+        if any(isinstance(block, SearchResultBlockParam) for block in citable):
+            raise InvalidRequestError(
+                "citations must be enabled on all or none of the documents and search results "
+                "within a request"
+            )
         raise InvalidRequestError(
             "citations must be enabled on all or none of the documents within a request"
         )
@@ -288,19 +325,29 @@ def cache_controls(request: ParsedRequest) -> Iterator[CacheControlParam]:
             yield system_block.cache_control
     for turn in request.turns:
         for block in turn.blocks:
-            if block.cache_control is not None:
-                yield block.cache_control
-            if isinstance(block, DocumentBlockParam):
-                yield from _source_cache_controls(block)
+            yield from block_cache_controls(block)
     if request.automatic_cache_control is not None:
         yield request.automatic_cache_control
 
 
-def _source_cache_controls(block: DocumentBlockParam) -> Sequence[CacheControlParam]:
-    source = block.source
-    if not isinstance(source, ContentSource) or isinstance(source.content, str):
-        return ()
-    return [item.cache_control for item in source.content if item.cache_control is not None]
+def block_cache_controls(block: Block) -> Iterator[CacheControlParam]:
+    """The ``cache_control`` of one message block and of the blocks inside it, in prompt order:
+    those of its content source, search result content or tool result content, then its own
+    (a block's breakpoint is at its end)."""
+    inner: object = ()
+    if isinstance(block, DocumentBlockParam) and isinstance(block.source, ContentSource):
+        inner = block.source.content
+    elif isinstance(block, SearchResultBlockParam | ToolResultBlockParam):
+        inner = block.content
+    for item in inner if isinstance(inner, list) else ():  # string content has no blocks
+        if isinstance(item, SearchResultBlockParam):
+            yield from block_cache_controls(item)
+        else:
+            control: CacheControlParam | None = getattr(item, "cache_control", None)
+            if control is not None:
+                yield control
+    if block.cache_control is not None:
+        yield block.cache_control
 
 
 def _check_cache_controls(request: ParsedRequest) -> None:

@@ -2,9 +2,11 @@
 
 Estimate: ``ceil(characters / 4)`` of each piece of text, summed; no overhead per message or
 request. A text block counts its text; a document its title, its context and its text (a PDF
-page by page, a content document block by block); an image a flat 1,600 (the upstream's cost of
-a ~1.15-megapixel image); a tool definition or any other block its canonical JSON. The answer
-counts the same way: ``ceil(characters / 4)`` of all its text.
+page by page, a content document block by block); a search result its source, its title and each
+text block; a tool result each block of its content the same way (its string content as text);
+an image a flat 1,600 (the upstream's cost of a ~1.15-megapixel image); a tool definition or any
+other block its canonical JSON. The answer counts the same way: ``ceil(characters / 4)`` of all
+its text.
 
 Each unit also carries its canonical bytes (sorted-key JSON of the block without
 ``cache_control``, with its role and turn number) so that the prompt cache can recognise a prefix.
@@ -20,13 +22,15 @@ from typing import Any
 from pydantic import BaseModel
 
 from app.local_engine.documents import RequestDocument
-from app.local_engine.request_validation import ParsedRequest
+from app.local_engine.request_validation import ParsedRequest, block_cache_controls
 from app.local_engine.wire import (
+    Block,
     CacheControlParam,
-    ContentSource,
     DocumentBlockParam,
     ImageBlockParam,
+    SearchResultBlockParam,
     TextBlockParam,
+    ToolResultBlockParam,
     UncitedTextBlockParam,
 )
 
@@ -80,25 +84,39 @@ def document_tokens(block: DocumentBlockParam, document: RequestDocument) -> int
     )
 
 
+def search_result_tokens(block: SearchResultBlockParam) -> int:
+    """The estimate for a search result: source, title, and each text block."""
+    return (
+        estimate_tokens(block.source)
+        + estimate_tokens(block.title)
+        + sum(estimate_tokens(item.text) for item in block.content)
+    )
+
+
 def _block_tokens(block: BaseModel, canonical: bytes, document: RequestDocument | None) -> int:
     if isinstance(block, TextBlockParam | UncitedTextBlockParam):
         return estimate_tokens(block.text)
     if isinstance(block, DocumentBlockParam) and document is not None:
         return document_tokens(block, document)
+    if isinstance(block, SearchResultBlockParam):
+        return search_result_tokens(block)
+    if isinstance(block, ToolResultBlockParam):
+        return sum(
+            _block_tokens(item, canonical_bytes("", "", item), None) for item in block.content
+        )
     if isinstance(block, ImageBlockParam):
         return IMAGE_TOKENS
     return -(-len(canonical) // CHARS_PER_TOKEN)
 
 
-def _breakpoint(block: BaseModel) -> CacheControlParam | None:
-    own: CacheControlParam | None = getattr(block, "cache_control", None)
-    if own is not None or not isinstance(block, DocumentBlockParam):
-        return own
-    source = block.source
-    # A cache_control on a content source's last block marks the document itself.
-    if isinstance(source, ContentSource) and not isinstance(source.content, str) and source.content:
-        return source.content[-1].cache_control
-    return None
+def _breakpoint(block: Block) -> CacheControlParam | None:
+    # A breakpoint inside a block (on a content source's or a search result's last text block,
+    # or on a search result inside a tool result) caches the prompt up to that block; the unit is
+    # the whole block, so the block's own breakpoint, else the last one inside it, marks it.
+    if block.cache_control is not None:
+        return block.cache_control
+    controls = list(block_cache_controls(block))
+    return controls[-1] if controls else None
 
 
 def prompt_units(request: ParsedRequest, documents: Sequence[RequestDocument]) -> list[PromptUnit]:
@@ -118,7 +136,8 @@ def prompt_units(request: ParsedRequest, documents: Sequence[RequestDocument]) -
         units.append(
             PromptUnit(canonical, estimate_tokens(system_block.text), system_block.cache_control)
         )
-    remaining = iter(documents)
+    # Search results are counted from their blocks; the chunked documents give the PDFs' text.
+    remaining = iter(document for document in documents if document.kind != "search_result")
     for turn_number, turn in enumerate(request.turns):
         for block in turn.blocks:
             document = next(remaining) if isinstance(block, DocumentBlockParam) else None

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, StrictBool, Tag, field_validator
 
 from app.upstream.wire import CURRENT_VERSION
 from app.upstream.wire import LOCAL_MODEL as MODEL_NAME
@@ -94,7 +94,8 @@ class ImageBlockParam(BaseModel):
 
 
 class OtherBlockParam(BaseModel):
-    """Blocks the engine passes over: tool use and results, thinking, server tool results."""
+    """Blocks the engine passes over in an assistant turn: tool use and results, search results,
+    thinking, server tool results."""
 
     model_config = ConfigDict(extra="allow")
 
@@ -108,6 +109,28 @@ class OtherBlockParam(BaseModel):
         "text_editor_code_execution_tool_result",
         "thinking",
         "tool_result",
+        "tool_search_tool_result",
+        "tool_use",
+        "web_fetch_tool_result",
+        "web_search_tool_result",
+    ]
+    cache_control: CacheControlParam | None = None
+
+
+class OtherUserBlockParam(BaseModel):
+    """Blocks the engine passes over in a user turn: those of ``OtherBlockParam`` except search
+    results and tool results, which a user turn's citable sources come in."""
+
+    model_config = ConfigDict(extra="allow")
+
+    type: Literal[
+        "bash_code_execution_tool_result",
+        "code_execution_tool_result",
+        "container_upload",
+        "redacted_thinking",
+        "server_tool_use",
+        "text_editor_code_execution_tool_result",
+        "thinking",
         "tool_search_tool_result",
         "tool_use",
         "web_fetch_tool_result",
@@ -178,12 +201,90 @@ class DocumentBlockParam(_Forbidding):
         return self.citations is not None and self.citations.enabled
 
 
+class SearchResultBlockParam(_Forbidding):
+    """A retrieved passage: each text block of ``content`` is one citable unit, cited with
+    ``search_result_location``; citations are off unless enabled."""
+
+    type: Literal["search_result"]
+    source: str
+    title: str
+    content: list[UncitedTextBlockParam] = Field(min_length=1)
+    citations: CitationsConfigParam | None = None
+    cache_control: CacheControlParam | None = None
+
+    @property
+    def citations_enabled(self) -> bool:
+        """Whether this search result asks for citations."""
+        return self.citations is not None and self.citations.enabled
+
+
+class ToolResultContentParam(BaseModel):
+    """A block of a tool result other than text or a search result (an image, a document, ...);
+    accepted, hashed and counted, never read."""
+
+    model_config = ConfigDict(extra="allow")
+
+    type: str
+    cache_control: CacheControlParam | None = None
+
+
+def _tool_result_content_tag(value: Any) -> str:
+    kind = value.get("type") if isinstance(value, dict) else getattr(value, "type", None)
+    return kind if kind in ("search_result", "text") else "other"
+
+
+# Tagged by a function so that an unknown block type falls to the loose model, while a faulty
+# search result is reported as one (a plain union would quietly accept it as "other").
+ToolResultContent = Annotated[
+    Annotated[SearchResultBlockParam, Tag("search_result")]
+    | Annotated[TextBlockParam, Tag("text")]
+    | Annotated[ToolResultContentParam, Tag("other")],
+    Discriminator(_tool_result_content_tag),
+]
+
+
+class ToolResultBlockParam(BaseModel):
+    """A tool's answer. Only its search results are read (they are citable); the rest is
+    hashed and counted. String content is taken as one text block."""
+
+    model_config = ConfigDict(extra="allow")
+
+    type: Literal["tool_result"]
+    tool_use_id: str
+    content: list[ToolResultContent] = Field(default_factory=list)
+    cache_control: CacheControlParam | None = None
+
+    @field_validator("content", mode="before")
+    @classmethod
+    def _text_as_block(cls, value: Any) -> Any:
+        # One shape for both forms, so that errors inside a list are located without naming
+        # the alternatives of a union ("content.0.search_result.content", not "content.str").
+        if isinstance(value, str):
+            return [{"type": "text", "text": value}] if value else []
+        return value
+
+    @property
+    def search_results(self) -> list[SearchResultBlockParam]:
+        """The search results of this tool result, in order."""
+        return [item for item in self.content if isinstance(item, SearchResultBlockParam)]
+
+
 UserBlock = Annotated[
-    DocumentBlockParam | ImageBlockParam | UncitedTextBlockParam | OtherBlockParam,
+    DocumentBlockParam
+    | SearchResultBlockParam
+    | ToolResultBlockParam
+    | ImageBlockParam
+    | UncitedTextBlockParam
+    | OtherUserBlockParam,
     Field(discriminator="type"),
 ]
 LegacyUserBlock = Annotated[
-    DocumentBlockParam | ImageBlockParam | TextBlockParam | OtherBlockParam,
+    DocumentBlockParam
+    | SearchResultBlockParam
+    | ToolResultBlockParam
+    | ImageBlockParam
+    | TextBlockParam
+    | OtherUserBlockParam,
     Field(discriminator="type"),
 ]
 AssistantBlock = Annotated[
@@ -195,8 +296,18 @@ LegacyAssistantBlock = Annotated[
 ]
 
 Block = (
-    DocumentBlockParam | ImageBlockParam | TextBlockParam | UncitedTextBlockParam | OtherBlockParam
+    DocumentBlockParam
+    | SearchResultBlockParam
+    | ToolResultBlockParam
+    | ImageBlockParam
+    | TextBlockParam
+    | UncitedTextBlockParam
+    | OtherBlockParam
+    | OtherUserBlockParam
 )
+# The blocks a citation can point into: ``document_index`` counts the first, and
+# ``search_result_index`` the second, each on its own.
+CitableBlock = DocumentBlockParam | SearchResultBlockParam
 
 
 class RawMessageParam(_Forbidding):
@@ -291,8 +402,21 @@ class ContentBlockLocation(BaseModel):
     end_block_index: int
 
 
+class SearchResultLocation(BaseModel):
+    """A citation of a search result: block indices into its ``content``, end exclusive."""
+
+    type: Literal["search_result_location"] = "search_result_location"
+    cited_text: str
+    source: str
+    title: str | None
+    search_result_index: int
+    start_block_index: int
+    end_block_index: int
+
+
 Citation = Annotated[
-    CharLocation | PageLocation | ContentBlockLocation, Field(discriminator="type")
+    CharLocation | PageLocation | ContentBlockLocation | SearchResultLocation,
+    Field(discriminator="type"),
 ]
 
 

@@ -42,7 +42,8 @@ def api(client: httpx.Client, answering: Served, fake: FakeUpstream) -> Iterator
 
 
 def fixture(name: str) -> dict[str, Any]:
-    return json.loads((FIXTURES / name).read_text())
+    recorded: dict[str, Any] = json.loads((FIXTURES / name).read_text())
+    return recorded
 
 
 def store(api: httpx.Client, block: dict[str, Any]) -> str:

@@ -64,10 +64,20 @@ class Tenants:
         )
         assert conversation.status_code == 201, conversation.text
         self.conversation = conversation.json()
+        collection = client.post("/v1/collections", json={"name": "A's"}, headers=bearer(self.a))
+        assert collection.status_code == 201, collection.text
+        self.collection = collection.json()
+        added = client.post(
+            f"/v1/collections/{self.collection['id']}/documents",
+            json={"document_ids": [self.document["id"]]},
+            headers=bearer(self.a),
+        )
+        assert added.status_code == 200, added.text
         self.ids = {
             "document_id": self.document["id"],
             "answer_id": self.answer["id"],
             "conversation_id": self.conversation["id"],
+            "collection_id": self.collection["id"],
         }
 
 
@@ -93,6 +103,7 @@ MISSING = {
     "document_id": "doc_doesnotexist",
     "answer_id": "ans_doesnotexist",
     "conversation_id": "conv_doesnotexist",
+    "collection_id": "col_doesnotexist",
 }
 
 
@@ -110,13 +121,19 @@ def call(
         body["json"] = {"question": "What color?", "document_ids": [ids["document_id"]]}
     elif method == "POST" and path.startswith("/v1/conversations"):
         body["json"] = {"document_ids": [ids["document_id"]]}
+    elif method == "POST" and path == "/v1/collections":
+        body["json"] = {"name": "Tenant B's"}
+    elif method == "POST" and path.startswith("/v1/collections"):
+        body["json"] = {"document_ids": [ids["document_id"]]}
+    elif method == "POST" and path.startswith("/v1/search"):
+        body["json"] = {"query": "grass", "collection_id": ids["collection_id"]}
     return client.request(method, url, headers=headers, **body)
 
 
 def refers_to_ids(method: str, path: str) -> bool:
     """Whether the operation names an existing resource, in its path or in its body."""
     return "{" in path or (
-        method == "POST" and path.startswith(("/v1/answers", "/v1/conversations"))
+        method == "POST" and path.startswith(("/v1/answers", "/v1/conversations", "/v1/search"))
     )
 
 
@@ -165,6 +182,7 @@ def test_another_tenants_ids_are_not_found_and_nothing_changes(
                 "document_not_found",
                 "answer_not_found",
                 "conversation_not_found",
+                "collection_not_found",
             )
             # Exactly the answer for an id that does not exist.
             missing = call(client, method, path, MISSING, bearer(tenants.b))

@@ -20,7 +20,7 @@ import tomllib
 import zipfile
 from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import httpx
 import pytest
@@ -401,8 +401,10 @@ def runtime_closure() -> dict[NormalizedName, list[Requirement]]:
             pytest.fail(f"{name} (needed by the runtime dependencies) is not installed")
         for line in distribution.requires or []:
             child = Requirement(line)
-            environments = [{**default_environment(), "extra": e} for e in requirement.extras]
-            environments.append({**default_environment(), "extra": ""})
+            # Environment's values are all str, but to mypy a TypedDict is no dict[str, str].
+            base = cast(dict[str, str], default_environment())
+            environments = [{**base, "extra": e} for e in requirement.extras]
+            environments.append({**base, "extra": ""})
             if child.marker is None or any(child.marker.evaluate(e) for e in environments):
                 queue.append(child)
     return closure
@@ -432,8 +434,8 @@ def third_party_imports(path: Path) -> set[str]:
 
     def visit(node: ast.AST) -> None:
         if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
-            for child in node.orelse:
-                visit(child)
+            for statement in node.orelse:
+                visit(statement)
             return
         if isinstance(node, ast.Try) and any(
             "ImportError" in ast.unparse(h.type) or "ModuleNotFoundError" in ast.unparse(h.type)

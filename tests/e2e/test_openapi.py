@@ -43,6 +43,17 @@ CONTRACT = {
     ("get", "/v1/conversations/{conversation_id}"): "getConversation",
     ("get", "/v1/conversations"): "listConversations",
     ("delete", "/v1/conversations/{conversation_id}"): "deleteConversation",
+    ("post", "/v1/collections"): "createCollection",
+    ("get", "/v1/collections"): "listCollections",
+    ("get", "/v1/collections/{collection_id}"): "getCollection",
+    ("delete", "/v1/collections/{collection_id}"): "deleteCollection",
+    ("post", "/v1/collections/{collection_id}/documents"): "addCollectionDocuments",
+    (
+        "delete",
+        "/v1/collections/{collection_id}/documents/{document_id}",
+    ): "removeCollectionDocument",
+    ("get", "/v1/collections/{collection_id}/documents"): "listCollectionDocuments",
+    ("post", "/v1/search"): "searchPassages",
     ("get", "/healthz"): "getHealth",
     ("get", "/readyz"): "getReadiness",
 }

@@ -105,14 +105,14 @@ def test_schemathesis_finds_no_errors(
         f"parameters = {{ {json.dumps('body.document_ids')} = {json.dumps([document_id])} }}\n"
     )
     report = schemathesis(unlimited.base_url, key, config, "--exclude-method", "DELETE")
-    assert "Selected: 14/16" in report, report
+    assert "Selected: 20/24" in report, report
     answered = httpx.get(f"{unlimited.base_url}/v1/documents/{document_id}", headers=auth)
     assert answered.status_code == 200  # the document was there all along
 
     # Then every operation; ids of created documents, answers and conversations come by links.
     config.write_text("[cache]\nenabled = false\n")
     report = schemathesis(unlimited.base_url, key, config)
-    assert "Selected: 16/16" in report, report
+    assert "Selected: 24/24" in report, report
 
 
 NUL = "a\x00b"
@@ -153,6 +153,17 @@ NUL = "a\x00b"
         ("POST", "/v1/conversations", {"json": {"document_ids": ["doc_a"], "title": NUL}}),
         ("POST", "/v1/conversations", {"json": {"document_ids": ["doc_a"], "system": NUL}}),
         ("POST", "/v1/conversations", {"json": {"document_ids": ["doc_a"], "model": NUL}}),
+        ("POST", "/v1/collections", {"json": {"name": NUL}}),
+        ("POST", "/v1/collections", {"json": {"name": "n", "description": NUL}}),
+        ("GET", "/v1/collections/a%00b", {}),
+        ("GET", "/v1/collections/a%00b/documents", {}),
+        ("POST", "/v1/collections/a%00b/documents", {"json": {"document_ids": ["doc_a"]}}),
+        ("POST", "/v1/collections/col_a/documents", {"json": {"document_ids": [NUL]}}),
+        ("DELETE", "/v1/collections/a%00b", {}),
+        ("DELETE", "/v1/collections/col_a/documents/a%00b", {}),
+        ("POST", "/v1/search", {"json": {"query": NUL, "document_ids": ["doc_a"]}}),
+        ("POST", "/v1/search", {"json": {"query": "q", "document_ids": [NUL]}}),
+        ("POST", "/v1/search", {"json": {"query": "q", "collection_id": NUL}}),
     ],
 )
 def test_a_nul_character_is_a_validation_error(

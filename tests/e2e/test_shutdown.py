@@ -105,7 +105,7 @@ class Citegate(CitegateProcess):
 def upstream() -> Iterator[FakeUpstream]:
     fake = FakeUpstream()
     with Served(fake.app) as served:
-        fake.base_url = served.base_url  # type: ignore[attr-defined]
+        fake.base_url = served.base_url
         yield fake
         served.server.force_exit = True  # do not wait for a reply still sleeping
 
@@ -115,7 +115,7 @@ def citegate(tmp_path: Path, upstream: FakeUpstream) -> Iterator[Callable[..., C
     started: list[Citegate] = []
 
     def start(*options: str) -> Citegate:
-        server = Citegate(tmp_path, upstream.base_url, *options)  # type: ignore[attr-defined]
+        server = Citegate(tmp_path, upstream.base_url, *options)
         started.append(server)
         return server
 

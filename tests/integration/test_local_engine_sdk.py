@@ -19,7 +19,9 @@ from anthropic.types import (
     CitationCharLocation,
     CitationContentBlockLocation,
     CitationPageLocation,
+    DocumentBlockParam,
     Message,
+    MessageParam,
     TextBlock,
 )
 
@@ -44,7 +46,7 @@ def client(served: Served) -> Iterator[anthropic.Anthropic]:
         yield sdk
 
 
-def text_document(data: str, title: str | None = "My Document") -> dict[str, Any]:
+def text_document(data: str, title: str | None = "My Document") -> DocumentBlockParam:
     return {
         "type": "document",
         "source": {"type": "text", "media_type": "text/plain", "data": data},
@@ -63,8 +65,8 @@ def help_center() -> list[tuple[str, str]]:
     return articles
 
 
-def content_documents(cache_last: bool = False) -> list[dict[str, Any]]:
-    documents: list[dict[str, Any]] = [
+def content_documents(cache_last: bool = False) -> list[DocumentBlockParam]:
+    documents: list[DocumentBlockParam] = [
         {
             "type": "document",
             "source": {"type": "content", "content": [{"type": "text", "text": text}]},
@@ -78,7 +80,7 @@ def content_documents(cache_last: bool = False) -> list[dict[str, Any]]:
     return documents
 
 
-def pdf_document() -> dict[str, Any]:
+def pdf_document() -> DocumentBlockParam:
     return {
         "type": "document",
         "source": {
@@ -91,7 +93,7 @@ def pdf_document() -> dict[str, Any]:
     }
 
 
-def user_turn(*documents: dict[str, Any], question: str) -> list[dict[str, Any]]:
+def user_turn(*documents: DocumentBlockParam, question: str) -> list[MessageParam]:
     return [{"role": "user", "content": [*documents, {"type": "text", "text": question}]}]
 
 
@@ -165,7 +167,7 @@ def test_content_documents_cite_joined_blocks(client: anthropic.Anthropic) -> No
     "messages", [GRASS_SKY_TURN, PDF_TURN, CONTENT_TURN], ids=["text", "pdf", "content"]
 )
 def test_stream_helper_accumulates_the_same_message(
-    client: anthropic.Anthropic, messages: list[dict[str, Any]]
+    client: anthropic.Anthropic, messages: list[MessageParam]
 ) -> None:
     created = client.messages.create(model="claude-sonnet-5", max_tokens=1024, messages=messages)
     with client.messages.stream(
@@ -247,7 +249,9 @@ def test_a_replayed_answer_is_accepted_in_a_later_turn(client: anthropic.Anthrop
 
 FIVE_CACHED = user_turn(
     *(
-        {**text_document(f"Fact number {n}."), "cache_control": {"type": "ephemeral"}}
+        DocumentBlockParam(
+            **text_document(f"Fact number {n}."), cache_control={"type": "ephemeral"}
+        )
         for n in range(5)
     ),
     question="Which facts?",
@@ -321,7 +325,8 @@ INVALID: list[tuple[str, dict[str, Any], str]] = [
         "unknown citation config",
         {
             "messages": user_turn(
-                {**text_document("A."), "citations": {"enabled": True, "style": "apa"}},
+                # A key the SDK's types do not have, sent anyway: the engine must refuse it.
+                {**text_document("A."), "citations": {"enabled": True, "style": "apa"}},  # type: ignore[typeddict-item]
                 question="?",
             )
         },

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -59,9 +60,12 @@ def test_sentence_spans_resolve_under_every_reading(sentences: list[str], data: 
     start, end = spans[first][0], spans[last][1]
     expected = {"start_char": start, "end_char": end, "chunk_indices": list(range(first, last + 1))}
     cited = text[start:end]
-    for reading, convert in enumerate(
-        (lambda i: i, lambda i: utf16(text, i), lambda i: utf8(text, i))
-    ):
+    readings: tuple[Callable[[int], int], ...] = (
+        lambda i: i,
+        lambda i: utf16(text, i),
+        lambda i: utf8(text, i),
+    )
+    for reading, convert in enumerate(readings):
         citation = char_citation(text, start, end)
         citation |= {"start_char_index": convert(start), "end_char_index": convert(end)}
         resolved = resolve_citation(citation, [document])

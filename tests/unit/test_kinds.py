@@ -13,10 +13,12 @@ from app.documents.kinds import (
     DocumentKind,
     StoredParts,
     all_kinds,
+    kind_for_filename,
     kind_for_media_type,
     kind_named,
 )
 from app.documents.kinds.base import ParsedDocument
+from tests.office_files import slides_file, word_file, workbook_file
 
 APP = Path(__file__).parents[2] / "app"
 CITATION_TYPES = {"char_location", "page_location", "content_block_location"}
@@ -36,18 +38,40 @@ def test_every_kind_has_every_part(kind: DocumentKind) -> None:
         assert getattr(type(kind), method) is not getattr(DocumentKind, method), method
 
 
-def test_names_media_types_and_citation_types_are_each_one_kinds() -> None:
+def test_names_media_types_hints_and_extensions_are_each_one_kinds() -> None:
+    # Citation types are shared: converted kinds are cited as text or content blocks are.
     kinds = all_kinds()
-    for attribute in ("name", "media_type", "citation_type"):
+    for attribute in ("name", "media_type"):
         values = [getattr(kind, attribute) for kind in kinds]
         assert len(set(values)) == len(values), attribute
+    hints = [t.lower() for kind in kinds for t in (kind.media_type, *kind.hint_media_types)]
+    assert len(set(hints)) == len(hints)
+    extensions = [extension for kind in kinds for extension in kind.extensions]
+    assert len(set(extensions)) == len(extensions)
+    for kind in kinds:
+        for extension in kind.extensions:
+            assert kind_for_filename(f"Some File{extension.upper()}") is kind
 
 
 # A sample of each kind's stored bytes, what it parses them into, and a citation of its type.
 SAMPLES = {
     "text": (b"The grass is green. The sky is blue.", "The sky is blue."),
     "content": (b'[{"type":"text","text":"First."},{"type":"text","text":"Second."}]', "Second."),
+    "docx": (word_file(["The grass is green.", "The sky is blue."]), "The sky is blue."),
+    "html": (b"<!doctype html><p>The grass is green.</p><p>The sky is blue.", "The sky is blue."),
+    "markdown": (b"# Colours\nThe grass is green. The sky is blue.\n", "The sky is blue."),
+    "csv": (b"colour,thing\ngreen,grass\nblue,sky\n", "Row 3\ncolour: blue\nthing: sky\n\n"),
+    "tsv": (b"colour\tthing\nblue\tsky\n", "Row 2\ncolour: blue\nthing: sky\n\n"),
+    "xlsx": (
+        workbook_file({"S": [["colour"], ["green"], ["blue"]]}),
+        "Sheet S, row 3\ncolour: blue\n\n",
+    ),
+    "pptx": (slides_file([("Sky", "It is blue.", "")]), "Slide 1: Sky\nIt is blue.\n\n"),
 }
+
+
+def test_every_kind_has_a_sample() -> None:
+    assert set(SAMPLES) == {kind.name for kind in all_kinds()} - {"pdf"}  # PDFs: test_pdf*.py
 
 
 @pytest.mark.parametrize("name", sorted(SAMPLES))
@@ -64,7 +88,10 @@ def test_a_kind_parses_sends_and_maps_its_citations_back(name: str) -> None:
         "doc_x",
         kind.name,
         parsed.text,
-        [IndexedChunk(c.start, c.end, c.page_number, c.block_index) for c in parsed.chunks],
+        [
+            IndexedChunk(c.start, c.end, c.page_number, c.block_index, c.locator)
+            for c in parsed.chunks
+        ],
         parsed.page_count,
     )
     start = parsed.text.index(cited)
@@ -77,6 +104,18 @@ def test_a_kind_parses_sends_and_maps_its_citations_back(name: str) -> None:
         "end_block_index": len(texts),
     }
     assert kind.locate(citation, index) == (start, start + len(cited))
+    span = index.span(start, start + len(cited))
+    assert span["locator"] == parsed.chunks[span["chunk_indices"][0]].locator
+    if kind.sends_original:
+        assert kind.upstream_source(StoredParts(parsed.text, texts, data)) == source
+    else:  # what the upstream cites is the stored text, never the original bytes
+        assert "".join(_source_texts(source)) == parsed.text
+
+
+def _source_texts(source: dict[str, object]) -> list[str]:
+    if source["type"] == "text":
+        return [str(source["data"])]
+    return [str(block["text"]) for block in source["content"]]  # type: ignore[attr-defined]
 
 
 def test_no_code_outside_the_kinds_compares_a_kind_name() -> None:

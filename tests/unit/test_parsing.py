@@ -37,13 +37,15 @@ def test_bytes_declared_as_a_pdf_must_be_one() -> None:
     assert error.value.code == "pdf_invalid"
 
 
-def test_utf16_text_names_its_encoding() -> None:
+def test_utf16_text_is_decoded_and_bad_bytes_name_its_encoding() -> None:
     data = "Hello.".encode("utf-16")
     assert identify(data) is TEXT
+    parsed = TEXT.parse(data)
+    assert (parsed.text, parsed.media_type) == ("Hello.", "text/plain; charset=utf-16")
     with pytest.raises(InvalidDocument) as error:
-        TEXT.parse(data)
+        TEXT.parse(data + b"\x00\xd8")  # a lone surrogate
     assert error.value.code == "text_not_utf8"
-    assert "UTF-16" in error.value.detail
+    assert "utf-16" in error.value.detail
 
 
 def test_text_keeps_crlf_and_drops_bom() -> None:
@@ -79,7 +81,7 @@ def test_pdfium_text_holds_the_passages_the_api_cited() -> None:
 def test_pdf_chunks_stay_inside_their_page() -> None:
     parsed = PDF.parse((CORPUS / "pdflatex-4-pages.pdf").read_bytes())
     assert parsed.page_count == 4
-    page_starts = {}
+    page_starts: dict[int | None, int] = {}
     for chunk in parsed.chunks:
         page_starts.setdefault(chunk.page_number, chunk.start)
     pages = extract_pdf_text((CORPUS / "pdflatex-4-pages.pdf").read_bytes()).pages

@@ -26,6 +26,24 @@ class ChunkSpan:
     end: int
     page_number: int | None = None
     block_index: int | None = None
+    locator: dict[str, Any] | None = None
+    """Where it stands in the original, for converted kinds: ``{"paragraph": 12}``,
+    ``{"sheet": "Q3", "rows": [14]}``, ``{"slide": 4}``; None for text and PDF."""
+
+
+@dataclass(frozen=True, slots=True)
+class ParseOptions:
+    """What a parser is told besides the bytes: the caller's hints and the limits in force."""
+
+    charset: str | None = None
+    """The ``charset=`` of the declared media type, for text-based kinds."""
+    max_rows: int = 100_000
+    """Rows a spreadsheet may have, in all its sheets."""
+    max_unpacked_bytes: int = 128 * 1024 * 1024
+    """What the members of an Office (ZIP) file may add up to once uncompressed."""
+
+
+DEFAULT_PARSE_OPTIONS = ParseOptions()
 
 
 @dataclass(slots=True)
@@ -37,6 +55,9 @@ class ParsedDocument:
     page_count: int | None = None
     citable: bool = True
     warnings: list[str] = field(default_factory=list)
+    media_type: str | None = None
+    """The media type of the original bytes when it is not the kind's own (a macro-enabled
+    workbook, text in UTF-16)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,6 +83,13 @@ class DocumentKind(ABC):
     signature: ClassVar[bytes | None] = None
     """Bytes that mark this kind near the start of a file; None for kinds never sniffed."""
     signature_within: ClassVar[int] = 0
+    hint_media_types: ClassVar[tuple[str, ...]] = ()
+    """Other declared media types that name this kind (beside ``media_type``)."""
+    extensions: ClassVar[tuple[str, ...]] = ()
+    """Filename extensions (lower case, with the dot) that name this kind."""
+    trusts_declared_text: ClassVar[bool] = False
+    """Whether text bytes declared (or named) as this kind are taken as this kind: nothing in
+    the bytes tells Markdown or CSV from plain text."""
     mismatch: ClassVar[tuple[str, ErrorCode] | None] = None
     """The (detail, code) of the error for bytes declared as this kind that lack its signature."""
     sends_original: ClassVar[bool] = False
@@ -83,7 +111,7 @@ class DocumentKind(ABC):
         return self.signature is not None and self.signature in data[: self.signature_within]
 
     @abstractmethod
-    def parse(self, data: bytes) -> ParsedDocument:
+    def parse(self, data: bytes, options: ParseOptions = DEFAULT_PARSE_OPTIONS) -> ParsedDocument:
         """The document text and its chunks. Pure and synchronous: run it off the event loop."""
 
     @abstractmethod

@@ -8,7 +8,14 @@ from typing import Any, ClassVar
 import orjson
 
 from app.documents.index import DocumentIndex
-from app.documents.kinds.base import ChunkSpan, DocumentKind, ParsedDocument, StoredParts
+from app.documents.kinds.base import (
+    DEFAULT_PARSE_OPTIONS,
+    ChunkSpan,
+    DocumentKind,
+    ParsedDocument,
+    ParseOptions,
+    StoredParts,
+)
 
 
 class ContentKind(DocumentKind):
@@ -25,7 +32,7 @@ class ContentKind(DocumentKind):
         """The bytes a content document is stored as: its blocks as compact JSON."""
         return orjson.dumps([{"type": "text", "text": block} for block in blocks])
 
-    def parse(self, data: bytes) -> ParsedDocument:
+    def parse(self, data: bytes, options: ParseOptions = DEFAULT_PARSE_OPTIONS) -> ParsedDocument:
         # Only ever the bytes ``stored_form`` made: clients send blocks, never this form.
         blocks = [block["text"] for block in orjson.loads(data)]
         chunks: list[ChunkSpan] = []

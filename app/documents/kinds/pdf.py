@@ -8,7 +8,14 @@ from typing import Any, ClassVar
 
 from app.documents.chunking import split_sentences
 from app.documents.index import DocumentIndex, locate
-from app.documents.kinds.base import ChunkSpan, DocumentKind, ParsedDocument, StoredParts
+from app.documents.kinds.base import (
+    DEFAULT_PARSE_OPTIONS,
+    ChunkSpan,
+    DocumentKind,
+    ParsedDocument,
+    ParseOptions,
+    StoredParts,
+)
 from app.documents.pdf import PdfError, extract_pdf_text
 from app.errors import ErrorCode, InvalidDocument
 
@@ -34,7 +41,7 @@ class PdfKind(DocumentKind):
     def estimated_tokens(self, char_count: int, page_count: int | None) -> int:
         return char_count // 4 + (page_count or 0) * self.IMAGE_TOKENS_PER_PAGE
 
-    def parse(self, data: bytes) -> ParsedDocument:
+    def parse(self, data: bytes, options: ParseOptions = DEFAULT_PARSE_OPTIONS) -> ParsedDocument:
         try:
             extracted = extract_pdf_text(data)
         except PdfError as exc:

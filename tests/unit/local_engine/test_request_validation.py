@@ -23,7 +23,7 @@ from tests.unit.local_engine.request_bodies import (
 
 
 def _with(data: dict[str, Any], change: Callable[[dict[str, Any]], None]) -> dict[str, Any]:
-    copy = json.loads(json.dumps(data))
+    copy: dict[str, Any] = json.loads(json.dumps(data))
     change(copy)
     return copy
 

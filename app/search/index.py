@@ -1,0 +1,215 @@
+"""The full-text index of the chunks, in the database that holds them.
+
+SQLite: ``chunk_search``, a contentless FTS5 table keyed by the chunk's rowid, written by
+``index_document`` after the chunks and emptied by a trigger when they are deleted, ranked by
+BM25. PostgreSQL: ``document_chunks.search_vector``,
+a stored generated ``tsvector`` with a GIN index, ranked by ``ts_rank_cd``. Either way the index
+is written in the transaction that writes the chunks: a document is searchable
+once stored and never half-indexed, and the index goes with the chunks when they are deleted.
+Both read ``coalesce(search_text, text)`` (see app.search.terms) and stem English.
+
+Neither is described by the SQLAlchemy models (an FTS5 table, a computed column of one
+dialect): ``is_index_object`` tells Alembic's comparison to leave them alone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+from sqlalchemy import JSON, Integer, String, bindparam, text
+from sqlalchemy.dialects.postgresql import ARRAY
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from app.search.passages import ChunkRange, Hit, StoredChunk
+from app.search.terms import fts5_match, tsquery
+
+FTS_TABLE = "chunk_search"
+VECTOR_COLUMN = "search_vector"
+VECTOR_INDEX = "ix_document_chunks_search_vector"
+
+# A search covers either some documents (a JSON array or an array parameter: one parameter
+# however many) or a collection. Each statement is written out whole: only parameters vary.
+_SQLITE_RANKED = """
+    SELECT c.document_id, c.chunk_index, c.page_number, -bm25(chunk_search) AS score
+    FROM chunk_search JOIN document_chunks AS c ON c.rowid = chunk_search.rowid
+    WHERE chunk_search MATCH :match AND c.tenant_id = :tenant_id AND c.document_id IN ({scope})
+    ORDER BY score DESC, c.document_id, c.chunk_index
+    LIMIT :limit
+"""
+_SQLITE_RANKED_IN_DOCUMENTS = text(
+    _SQLITE_RANKED.format(scope="SELECT value FROM json_each(:document_ids)")
+)
+_SQLITE_RANKED_IN_COLLECTION = text(
+    _SQLITE_RANKED.format(
+        scope="SELECT document_id FROM collection_documents WHERE collection_id = :collection_id"
+    )
+)
+
+# The GIN index finds the matching chunks, and only they are ranked; the wanted documents are
+# a join, not a filter the planner may prefer to drive the scan with (it cannot tell how few
+# of the documents' chunks match).
+_POSTGRES_RANKED = """
+    WITH matching AS MATERIALIZED (
+        SELECT c.document_id, c.chunk_index, c.page_number, c.search_vector, q
+        FROM document_chunks AS c, to_tsquery('english', :query) AS q
+        WHERE c.search_vector @@ q AND c.tenant_id = :tenant_id
+    )
+    SELECT m.document_id, m.chunk_index, m.page_number, ts_rank_cd(m.search_vector, m.q) AS score
+    FROM matching AS m JOIN {scope} USING (document_id)
+    ORDER BY score DESC, m.document_id, m.chunk_index
+    LIMIT :limit
+"""
+_POSTGRES_RANKED_IN_DOCUMENTS = text(
+    _POSTGRES_RANKED.format(scope="unnest(:document_ids) AS wanted(document_id)")
+).bindparams(bindparam("document_ids", type_=ARRAY(String)))
+_POSTGRES_RANKED_IN_COLLECTION = text(
+    _POSTGRES_RANKED.format(
+        scope="(SELECT document_id FROM collection_documents "
+        "WHERE collection_id = :collection_id) AS wanted"
+    )
+)
+
+# How many chunks match a term, counted up to a cap: the count stops there, so a common word
+# costs no more than a rare one.
+_SQLITE_MATCH_COUNT = text(
+    "SELECT count(*) FROM (SELECT 1 FROM chunk_search WHERE chunk_search MATCH :match LIMIT :cap)"
+)
+_POSTGRES_MATCH_COUNT = text(
+    "SELECT count(*) FROM (SELECT 1 FROM document_chunks "
+    "WHERE search_vector @@ to_tsquery('english', :query) LIMIT :cap) AS matching"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Scope:
+    """What a search covers: these documents, or the documents of this collection."""
+
+    document_ids: Sequence[str] = ()
+    collection_id: str | None = None
+
+
+_SQLITE_INDEX_DOCUMENT = text(
+    """
+    INSERT INTO chunk_search(rowid, terms)
+    SELECT rowid, coalesce(search_text, text) FROM document_chunks WHERE document_id = :document_id
+    """
+)
+
+
+async def index_document(session: AsyncSession, document_id: str) -> None:
+    """Index the document's chunks, just stored in this transaction. One statement for them
+    all: FTS5 writes a segment at the end of each statement. PostgreSQL computes the column."""
+    connection = await session.connection()
+    if connection.dialect.name == "sqlite":
+        await session.execute(_SQLITE_INDEX_DOCUMENT, {"document_id": document_id})
+
+
+# The ranges as one parameter (a JSON array, or arrays): one statement of one shape however
+# many ranges, which each read the chunks' primary key.
+_SQLITE_RANGES = text(
+    """
+    SELECT c.document_id, c.chunk_index, c.text, c.start_char, c.end_char, c.page_number,
+           c.locator
+    FROM json_each(:ranges) AS r JOIN document_chunks AS c
+      ON c.document_id = json_extract(r.value, '$[0]')
+     AND c.chunk_index BETWEEN json_extract(r.value, '$[1]') AND json_extract(r.value, '$[2]')
+    """
+).columns(locator=JSON)
+_POSTGRES_RANGES = (
+    text(
+        """
+    SELECT c.document_id, c.chunk_index, c.text, c.start_char, c.end_char, c.page_number,
+           c.locator
+    FROM unnest(:documents, :firsts, :lasts) AS r(document_id, first, last)
+    JOIN document_chunks AS c
+      ON c.document_id = r.document_id AND c.chunk_index BETWEEN r.first AND r.last
+    """
+    )
+    .columns(locator=JSON)
+    .bindparams(
+        bindparam("documents", type_=ARRAY(String)),
+        bindparam("firsts", type_=ARRAY(Integer)),
+        bindparam("lasts", type_=ARRAY(Integer)),
+    )
+)
+
+
+def is_index_object(name: str | None, type_: str) -> bool:
+    """Whether Alembic sees a part of the search index (FTS5's tables, the tsvector column and
+    its index), which the models do not describe."""
+    if name is None:
+        return False
+    if type_ == "table":
+        return name == FTS_TABLE or name.startswith(f"{FTS_TABLE}_")
+    return name in (VECTOR_COLUMN, VECTOR_INDEX)
+
+
+async def match_counts(session: AsyncSession, terms: list[str], cap: int) -> list[int]:
+    """For each term, how many chunks (of any tenant) match it, counted up to ``cap``."""
+    connection = await session.connection()
+    postgres = connection.dialect.name == "postgresql"
+    counts = []
+    for term in terms:
+        if postgres:
+            count = await session.scalar(_POSTGRES_MATCH_COUNT, {"query": term, "cap": cap})
+        else:
+            count = await session.scalar(
+                _SQLITE_MATCH_COUNT, {"match": fts5_match([term]), "cap": cap}
+            )
+        counts.append(int(count or 0))
+    return counts
+
+
+async def ranked_chunks(
+    session: AsyncSession, tenant_id: str, terms: list[str], scope: Scope, limit: int
+) -> list[Hit]:
+    """The best ``limit`` of the tenant's chunks in scope for any of the terms, best first."""
+    if not terms or (scope.collection_id is None and not scope.document_ids):
+        return []
+    connection = await session.connection()
+    parameters: dict[str, Any] = {"tenant_id": tenant_id, "limit": limit}
+    if scope.collection_id is not None:
+        parameters["collection_id"] = scope.collection_id
+    if connection.dialect.name == "postgresql":
+        parameters["query"] = tsquery(terms)
+        if scope.collection_id is not None:
+            statement = _POSTGRES_RANKED_IN_COLLECTION
+        else:
+            statement = _POSTGRES_RANKED_IN_DOCUMENTS
+            parameters["document_ids"] = list(scope.document_ids)
+    else:
+        parameters["match"] = fts5_match(terms)
+        if scope.collection_id is not None:
+            statement = _SQLITE_RANKED_IN_COLLECTION
+        else:
+            statement = _SQLITE_RANKED_IN_DOCUMENTS
+            parameters["document_ids"] = orjson.dumps(list(scope.document_ids)).decode()
+    rows = await session.execute(statement, parameters)
+    return [Hit(row[0], row[1], row[2], float(row[3])) for row in rows.all()]
+
+
+async def read_chunks(
+    session: AsyncSession, ranges: Sequence[ChunkRange]
+) -> dict[tuple[str, int], StoredChunk]:
+    """The chunks in those ranges, by (document id, chunk index). The ranges come from hits of
+    ``ranked_chunks``, which only finds the tenant's chunks. (A tenant condition here too would
+    lead SQLite to read every chunk of the tenant by its tenant index.)"""
+    if not ranges:
+        return {}
+    connection = await session.connection()
+    if connection.dialect.name == "postgresql":
+        statement = _POSTGRES_RANGES
+        parameters: dict[str, Any] = {
+            "documents": [r.document_id for r in ranges],
+            "firsts": [r.first for r in ranges],
+            "lasts": [r.last for r in ranges],
+        }
+    else:
+        statement = _SQLITE_RANGES
+        ranges_json = [[r.document_id, r.first, r.last] for r in ranges]
+        parameters = {"ranges": orjson.dumps(ranges_json).decode()}
+    rows = await session.execute(statement, parameters)
+    return {(row[0], row[1]): StoredChunk(*row) for row in rows.all()}

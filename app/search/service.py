@@ -1,0 +1,114 @@
+"""searchPassages: the passages of some of the tenant's documents that best match a query."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from app.db.models import Collection
+from app.db.tenancy import get_owned
+from app.documents.service import titles_of
+from app.search import index
+from app.search.passages import build_windows, candidate_hits, ranges_to_read
+from app.search.terms import affordable_terms, query_terms
+
+
+@dataclass(frozen=True, slots=True)
+class Passage:
+    """A run of adjacent chunks of one document, on one page; its text is theirs joined."""
+
+    document_id: str
+    title: str | None
+    text: str
+    start_char: int
+    end_char: int
+    start_page: int | None
+    end_page: int | None
+    chunk_indices: list[int]
+    score: float
+    chunk_texts: list[str]  # one per chunk index, in order (internal; not in the API body)
+    chunk_locators: list[dict[str, Any] | None] = field(default_factory=list)  # likewise
+
+
+# Chunks ranked for one search at most, about (see app.search.terms.affordable_terms).
+MATCH_BUDGET = 2000
+
+
+async def search_passages(
+    session: AsyncSession,
+    tenant_id: str,
+    query: str,
+    document_ids: Sequence[str],
+    limit: int,
+    *,
+    window: int,
+    per_document: int,
+) -> list[Passage]:
+    """The best ``limit`` passages of the tenant's documents among ``document_ids``, best first.
+
+    Any query is words (see app.search.terms): one with no words finds nothing. Ids that are
+    not the tenant's documents find nothing either; callers check them first when that is a 404.
+    """
+    scope = index.Scope(document_ids=document_ids)
+    return await _search(session, tenant_id, query, scope, limit, window, per_document)
+
+
+async def search_collection_passages(
+    session: AsyncSession,
+    tenant_id: str,
+    query: str,
+    collection_id: str,
+    limit: int,
+    *,
+    window: int,
+    per_document: int,
+) -> list[Passage]:
+    """``search_passages`` over the documents of the tenant's collection (404
+    ``collection_not_found``), without reading its document ids first."""
+    await get_owned(session, Collection, tenant_id, collection_id, "collection")
+    scope = index.Scope(collection_id=collection_id)
+    return await _search(session, tenant_id, query, scope, limit, window, per_document)
+
+
+async def _search(
+    session: AsyncSession,
+    tenant_id: str,
+    query: str,
+    scope: index.Scope,
+    limit: int,
+    window: int,
+    per_document: int,
+) -> list[Passage]:
+    terms = query_terms(query)
+    if not terms or limit < 1:
+        return []
+    counts = await index.match_counts(session, terms, MATCH_BUDGET + 1)
+    terms = affordable_terms(terms, counts, MATCH_BUDGET)
+    # The index ranks more chunks than passages are wanted: neighbours merge and documents
+    # are capped, so several hits may end in one passage.
+    ranked = await index.ranked_chunks(
+        session, tenant_id, terms, scope, limit * (2 * window + 1) * 2
+    )
+    hits = candidate_hits(ranked, limit, per_document, window)
+    chunks = await index.read_chunks(session, ranges_to_read(hits, window))
+    windows = build_windows(hits, chunks, limit=limit, window=window, per_document=per_document)
+    titles = await titles_of(session, tenant_id, {w.document_id for w in windows})
+    return [
+        Passage(
+            document_id=w.document_id,
+            title=titles.get(w.document_id),
+            text="".join(chunk.text for chunk in w.chunks),
+            start_char=w.chunks[0].start_char,
+            end_char=w.chunks[-1].end_char,
+            start_page=w.chunks[0].page_number,
+            end_page=w.chunks[-1].page_number,
+            chunk_indices=[chunk.chunk_index for chunk in w.chunks],
+            score=w.score,
+            chunk_texts=[chunk.text for chunk in w.chunks],
+            chunk_locators=[chunk.locator for chunk in w.chunks],
+        )
+        for w in windows
+    ]

@@ -1,0 +1,250 @@
+"""searchPassages through real HTTP, on the configured database: what a user finds, in which
+language, with what query, and never a deleted document."""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from app.collections.service import collection_document_ids
+from app.db.engine import run_in_session
+from app.db.models import DEFAULT_TENANT_ID
+from app.search.service import search_passages
+from app.settings import Settings
+from tests.e2e.test_documents import all_chunks, assert_problem, upload
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+HELP_CENTER = sorted((FIXTURES / "anthropic" / "help_center").glob("*.txt"))
+AMAZON = FIXTURES / "anthropic" / "amazon_2023_letter.pdf"
+LOREM = FIXTURES / "pdf" / "pdflatex-4-pages.pdf"
+
+HOSTILE = [
+    '"unbalanced quote',
+    "return AND",
+    "AND OR NOT",
+    "NEAR(return policy, 2)",
+    "return*",
+    "*",
+    "-return -policy",
+    "(return (policy",
+    "title: return",
+    "terms:policy",
+    "🐶🐱 return 🙂",
+    "🙂",
+    "'; DROP TABLE document_chunks; --",
+    "1' OR '1'='1",
+    "return & policy | !refund <-> ok",
+    "\\ \" ' ` ^ $ { } [ ] ~ @ # % + = ; , . ? /",
+    "   ",
+    "the of and",
+    "x" * 5000,
+]
+
+
+def search(client: httpx.Client, **body: Any) -> list[dict[str, Any]]:
+    response = client.post("/v1/search", json=body)
+    assert response.status_code == 200, response.text
+    passages: list[dict[str, Any]] = response.json()["data"]
+    return passages
+
+
+def add_collection(client: httpx.Client, document_ids: list[str]) -> str:
+    collection = client.post("/v1/collections", json={"name": "Library"}).json()["id"]
+    added = client.post(
+        f"/v1/collections/{collection}/documents", json={"document_ids": document_ids}
+    )
+    assert added.status_code == 200, added.text
+    return str(collection)
+
+
+@pytest.fixture
+def library(client: httpx.Client) -> dict[str, str]:
+    """The help-centre articles and two PDFs in one collection: {name: document id}."""
+    ids = {}
+    for path in [*HELP_CENTER, AMAZON, LOREM]:
+        response = upload(client, path.name, path.read_bytes())
+        assert response.status_code == 201, response.text
+        ids[path.stem] = response.json()["id"]
+    ids["collection"] = add_collection(client, list(ids.values()))
+    return ids
+
+
+def test_questions_find_their_article_and_page(
+    client: httpx.Client, library: dict[str, str]
+) -> None:
+    expectations = [
+        ("how many days do I have to return something", "help_center_1", None),
+        ("is there a discount when I buy in larger quantities", "help_center_5", None),
+        ("how do I stop my subscription", "help_center_7", None),
+        ("where is my package, tracking number", "help_center_3", None),
+        ("AWS re:Invent Graviton chips", "amazon_2023_letter", None),
+        ("regionalized fulfillment network in the US", "amazon_2023_letter", None),
+    ]
+    for question, name, _ in expectations:
+        passages = search(client, query=question, collection_id=library["collection"], limit=5)
+        assert passages, question
+        assert passages[0]["document_id"] == library[name], (question, passages[0])
+        assert passages[0]["title"] is None
+    # A PDF passage is on one page, and its text is its chunks' texts.
+    passages = search(
+        client, query="Kuiper satellites", document_ids=[library["amazon_2023_letter"]]
+    )
+    assert passages
+    chunks = {c["index"]: c for c in all_chunks(client, library["amazon_2023_letter"])}
+    for passage in passages:
+        run = [chunks[i] for i in passage["chunk_indices"]]
+        assert passage["chunk_indices"] == list(range(run[0]["index"], run[-1]["index"] + 1))
+        assert passage["text"] == "".join(c["text"] for c in run)
+        assert (passage["start_char"], passage["end_char"]) == (
+            run[0]["start_char"],
+            run[-1]["end_char"],
+        )
+        assert passage["start_page"] == passage["end_page"]
+        assert {c["page_number"] for c in run} == {passage["start_page"]}
+    assert "kuiper" in passages[0]["text"].lower()
+
+
+def test_passages_stay_inside_their_page(client: httpx.Client, library: dict[str, str]) -> None:
+    chunks = all_chunks(client, library["pdflatex-4-pages"])
+    # The first chunk of each page after the first: its window would reach the page before.
+    firsts = [
+        c for before, c in itertools.pairwise(chunks) if c["page_number"] != before["page_number"]
+    ]
+    assert firsts
+    for first in firsts:
+        words = [w for w in first["text"].split() if len(w) > 3][:6]
+        passages = search(
+            client, query=" ".join(words), document_ids=[library["pdflatex-4-pages"]], limit=100
+        )
+        assert passages
+        for passage in passages:
+            pages = {chunks[i]["page_number"] for i in passage["chunk_indices"]}
+            assert pages == {passage["start_page"]} == {passage["end_page"]}
+
+
+def test_hostile_queries_are_words(client: httpx.Client, library: dict[str, str]) -> None:
+    for query in HOSTILE:
+        response = client.post(
+            "/v1/search", json={"query": query, "collection_id": library["collection"]}
+        )
+        assert response.status_code == 200, (query, response.text)
+    found = search(client, query="NEAR(return policy, 2)", collection_id=library["collection"])
+    assert found and found[0]["document_id"] == library["help_center_1"]
+    assert search(client, query="🙂 *", collection_id=library["collection"]) == []
+    assert client.get(f"/v1/documents/{library['help_center_1']}").status_code == 200
+
+
+def test_passages_are_widened_merged_and_capped(client: httpx.Client, settings: Settings) -> None:
+    window, cap = settings.search_window_chunks, settings.search_max_passages_per_document
+    assert (window, cap) == (2, 5), "the defaults this test is written for"
+    sentences = [f"Filler sentence number {n} is here. " for n in range(60)]
+    for n in (10, 12, 30, 36, 42, 48):
+        sentences[n] = f"The zebra {n} crossed the road. "
+    sentences[20] = "A zebra appeared once more, a zebra. "  # the best hit
+    document = upload(client, "zebras.txt", "".join(sentences).encode()).json()["id"]
+    passages = search(client, query="zebra", document_ids=[document], limit=10)
+    # Each hit widens by two chunks a side; 10 and 12 (8-12, 10-14) merge into one: six
+    # passages, of which the cap keeps five: the best, then the equals in document order.
+    runs = [(p["chunk_indices"][0], p["chunk_indices"][-1]) for p in passages]
+    assert runs == [(18, 22), (8, 14), (28, 32), (34, 38), (40, 44)]
+    scores = [p["score"] for p in passages]
+    assert scores == sorted(scores, reverse=True)
+    assert len(search(client, query="zebra", document_ids=[document], limit=1)) == 1
+
+
+@pytest.mark.parametrize(
+    ("text", "query", "needle"),
+    [
+        (
+            "The committee approved the budget. Researchers measured glacier melting rates "
+            "across Greenland. The weather was fine.",
+            "how fast are glaciers melting",
+            "glacier",
+        ),
+        (
+            "Die Sitzung begann pünktlich. Die Gletscher in den Alpen schmelzen schneller als "
+            "erwartet. Danach gab es Kaffee.",
+            "Wie schnell schmelzen die Gletscher?",
+            "Gletscher",
+        ),
+        (
+            "Заседание началось вовремя. Ледники в Альпах тают быстрее, чем ожидалось. "
+            "Потом был кофе.",
+            "Ледники тают",
+            "Ледники",
+        ),
+        ("会议准时开始。阿尔卑斯山的冰川融化得比预期快。之后喝了咖啡。", "冰川融化", "冰川"),
+        ("会議は時間通りに始まった。アルプスの氷河は予想より速く溶けている。", "氷河", "氷河"),
+        ("東京は日本の首都です。大阪は食べ物で有名です。", "日本の首都はどこ", "東京"),
+    ],
+)
+def test_every_language_retrieves(client: httpx.Client, text: str, query: str, needle: str) -> None:
+    distractor = upload(client, "other.txt", b"Nothing to see here at all.").json()["id"]
+    document = upload(client, "doc.txt", text.encode()).json()["id"]
+    passages = search(client, query=query, document_ids=[distractor, document])
+    assert passages and passages[0]["document_id"] == document
+    assert needle in passages[0]["text"]
+
+
+def test_a_deleted_document_is_never_retrieved(
+    client: httpx.Client, library: dict[str, str], database_url: str
+) -> None:
+    article = library["help_center_1"]
+    assert search(client, query="30-day return policy", document_ids=[article])
+    assert client.delete(f"/v1/documents/{article}").status_code == 204
+    found = search(client, query="30-day return policy", collection_id=library["collection"])
+    assert article not in {p["document_id"] for p in found}
+    assert_problem(
+        client.post("/v1/search", json={"query": "return", "document_ids": [article]}),
+        404,
+        "document_not_found",
+    )
+    # Not even when a caller names it: the index holds nothing of it.
+    passages = run_in_session(
+        database_url,
+        lambda session: search_passages(
+            session,
+            DEFAULT_TENANT_ID,
+            "30-day return policy",
+            [article],
+            10,
+            window=2,
+            per_document=3,
+        ),
+    )
+    assert passages == []
+    ids = run_in_session(
+        database_url,
+        lambda session: collection_document_ids(session, DEFAULT_TENANT_ID, library["collection"]),
+    )
+    assert article not in ids and len(ids) == len(library) - 2
+
+
+def test_the_body_names_exactly_one_scope(client: httpx.Client, library: dict[str, str]) -> None:
+    both = {
+        "query": "x",
+        "collection_id": library["collection"],
+        "document_ids": [library["help_center_1"]],
+    }
+    for body in [
+        {"query": "x"},
+        both,
+        {"query": "x", "collection_id": library["collection"], "limit": 101},
+        {"query": "", "collection_id": library["collection"]},
+    ]:
+        assert_problem(client.post("/v1/search", json=body), 422, "validation_error")
+    assert_problem(
+        client.post("/v1/search", json={"query": "x", "collection_id": "col_doesnotexist"}),
+        404,
+        "collection_not_found",
+    )
+    empty = add_collection(client, [library["help_center_1"]])
+    assert (
+        client.delete(f"/v1/collections/{empty}/documents/{library['help_center_1']}").status_code
+        == 204
+    )
+    assert search(client, query="return", collection_id=empty) == []
