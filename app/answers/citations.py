@@ -14,7 +14,7 @@ from typing import Any
 from app.answers.prompt import passage_blocks
 from app.documents.index import DocumentIndex, merged_locator, same_passage
 from app.documents.kinds import all_kinds, kind_named
-from app.search.service import Passage
+from app.search.passages import Passage
 
 log = logging.getLogger(__name__)
 

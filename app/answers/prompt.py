@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from app.search.service import Passage
+from app.search.passages import Passage
 from app.upstream.wire import MAX_CACHE_BREAKPOINTS
 
 EPHEMERAL = {"type": "ephemeral"}

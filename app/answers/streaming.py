@@ -12,7 +12,7 @@ from typing import Any
 
 from app.answers.citations import resolve_citation
 from app.documents.index import DocumentIndex
-from app.search.service import Passage
+from app.search.passages import Passage
 
 Event = tuple[str, dict[str, Any]]
 USAGE_FIELDS = (

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from app.answers.citations import resolve_citation
 from app.documents.chunking import split_sentences
 from app.documents.index import DocumentIndex, IndexedChunk, normalize
-from app.search.service import Passage
+from app.search.passages import Passage
 
 WORDS = st.sampled_from(
     ["grass", "sky", "Ünïcödé", "naïve", "日本語", "emoji😀", "𝔘𝔫𝔦", "café", "straße", "x"]

@@ -12,7 +12,7 @@ from app.answers.prompt import (
     passage_blocks,
 )
 from app.documents.kinds import CONTENT, PDF, TEXT, StoredParts
-from app.search.service import Passage
+from app.search.passages import Passage
 
 
 def text_document(text: str, title: str | None = None) -> PromptDocument:
