@@ -207,6 +207,7 @@ def test_a_search_result_citation_resolves_to_its_chunks() -> None:
         chunk_indices=[7, 8, 9, 10],
         score=3.5,
         chunk_texts=chunks,
+        chunk_locators=[{"sheet": "S", "rows": [n]} for n in (1, 2, 3, 4)],
     )
     citation = {
         "type": "search_result_location",
@@ -225,6 +226,7 @@ def test_a_search_result_citation_resolves_to_its_chunks() -> None:
         "start_page": 4,
         "end_page": 4,
         "chunk_indices": [9, 10],
+        "locator": {"sheet": "S", "rows": [3, 4]},  # every row cited
     }
     assert {k: resolved[k] for k in citation} == citation  # every upstream field kept
     wrong = resolve_citation(
