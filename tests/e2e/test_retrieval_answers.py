@@ -340,3 +340,21 @@ def test_the_local_engine_cites_the_pages_that_answer(client: httpx.Client) -> N
             if c["document_id"] == document_id and c["span"]["start_page"] == page
         ]
         assert on_page, (question, page, [(c["document_id"], c["span"]) for c in citations])
+
+
+@pytest.mark.parametrize(
+    "question",
+    ['"grass" AND NEAR(sky*)', "-(colour): 🌱", "'; DROP TABLE documents; --", "***", "()"],
+)
+def test_a_question_is_words_never_query_syntax(
+    api: httpx.Client, fake: FakeUpstream, question: str
+) -> None:
+    grass = text_document(api, GRASS, "Colours")
+    collection_id = collection_of(api, grass)
+    fake.reset(Reply(body={"input_tokens": 5}))
+    passages = {"mode": "passages"}
+    response = api.post(
+        "/v1/answers/count-tokens",
+        json={"question": question, "collection_id": collection_id, "retrieval": passages},
+    )
+    assert response.status_code == 200, response.text
