@@ -29,6 +29,11 @@ class Retrieval(BaseModel):
 _ONE_OF = ("document_ids", "collection_id", "conversation_id")
 
 
+def _given(name: str) -> dict[str, Any]:
+    """JSON Schema for "``name`` is given and not null"."""
+    return {"required": [name], "properties": {name: {"not": {"type": "null"}}}}
+
+
 class AnswerRequest(BaseModel):
     """A question about `document_ids` or a `collection_id`, or a follow-up in
     `conversation_id`: exactly one of the three."""
@@ -42,25 +47,21 @@ class AnswerRequest(BaseModel):
             # What the validator below enforces, for clients and schema-driven tests (null is
             # as good as absent): exactly one of the three; a follow-up in a conversation has no
             # model, system prompt or retrieval of its own.
-            "oneOf": [
-                {
-                    "required": [name],
-                    "properties": {
-                        name: {"not": {"type": "null"}},
-                        **{other: {"type": "null"} for other in _ONE_OF if other != name},
-                        **(
-                            {
-                                "model": {"type": "null"},
-                                "system": {"type": "null"},
-                                "retrieval": {"type": "null"},
-                            }
-                            if name == "conversation_id"
-                            else {}
-                        ),
-                    },
+            "if": _given("conversation_id"),
+            "then": {
+                "properties": {
+                    name: {"type": "null"}
+                    for name in ("document_ids", "collection_id", "model", "system", "retrieval")
                 }
-                for name in _ONE_OF
-            ],
+            },
+            "else": {
+                "if": _given("collection_id"),
+                "then": {"properties": {"document_ids": {"type": "null"}}},
+                "else": {
+                    "required": ["document_ids"],
+                    "properties": {"document_ids": {"type": "array"}},
+                },
+            },
         },
     )
 

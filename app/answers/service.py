@@ -179,7 +179,7 @@ async def _ground(
     """Whole documents, or the passages that matter for the question: the mode used, and
     what is sent."""
     settings = context.settings
-    limits = request_limits(settings)
+    limits = request_limits(settings, budget=target.mode == "auto")
     # A collection's scans are no reason to refuse a question: they have nothing to cite.
     skip = target.collection_id is not None
     fits_by_count = len(target.document_ids) <= limits.documents

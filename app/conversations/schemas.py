@@ -16,22 +16,16 @@ class ConversationRequest(BaseModel):
         extra="forbid",
         json_schema_extra={
             "examples": [{"document_ids": ["doc_01jf3k2m4n5p"], "title": "Q3 report questions"}],
-            "oneOf": [
-                {
-                    "required": ["document_ids"],
-                    "properties": {
-                        "document_ids": {"type": "array"},
-                        "collection_id": {"type": "null"},
-                    },
-                },
-                {
-                    "required": ["collection_id"],
-                    "properties": {
-                        "collection_id": {"type": "string"},
-                        "document_ids": {"type": "null"},
-                    },
-                },
-            ],
+            # What the validator below enforces, for clients and schema-driven tests.
+            "if": {
+                "required": ["collection_id"],
+                "properties": {"collection_id": {"type": "string"}},
+            },
+            "then": {"properties": {"document_ids": {"type": "null"}}},
+            "else": {
+                "required": ["document_ids"],
+                "properties": {"document_ids": {"type": "array"}},
+            },
         },
     )
 

@@ -55,12 +55,13 @@ class RequestCost:
 
 @dataclass(frozen=True, slots=True)
 class RequestLimits:
-    """What one upstream request can hold: the upstream's limits and a token budget."""
+    """What one upstream request can hold: the upstream's limits and, when choosing between
+    whole documents and passages, a token budget."""
 
     documents: int
     pdf_pages: int
     bytes: int
-    tokens: int
+    tokens: int | None  # None: no budget, only the upstream's limits
 
     def check(self, cost: RequestCost) -> None:
         """422 ``too_many_pdf_pages`` or ``document_too_large`` when ``cost`` does not fit."""
@@ -75,7 +76,7 @@ class RequestLimits:
             ("bytes", cost.bytes, self.bytes),
             ("input tokens (estimated)", cost.tokens, self.tokens),
         ):
-            if used > limit:
+            if limit is not None and used > limit:
                 raise DocumentsTooLarge(
                     f"The documents do not fit one request: {used} {what}, at most {limit}. "
                     'Ask with "retrieval": {"mode": "passages"} to send the passages that '
@@ -84,12 +85,14 @@ class RequestLimits:
                 )
 
 
-def request_limits(settings: Settings) -> RequestLimits:
+def request_limits(settings: Settings, *, budget: bool = False) -> RequestLimits:
+    """The upstream's limits; with ``budget``, also the token budget above which ``auto``
+    retrieval sends passages rather than whole documents."""
     return RequestLimits(
         documents=MAX_DOCUMENTS_PER_REQUEST,
         pdf_pages=settings.max_pdf_pages_per_request,
         bytes=MAX_REQUEST_BYTES,
-        tokens=settings.whole_documents_token_budget,
+        tokens=settings.whole_documents_token_budget if budget else None,
     )
 
 

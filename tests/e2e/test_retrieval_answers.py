@@ -150,7 +150,8 @@ def test_auto_sends_whole_documents_that_fit_and_passages_past_the_budget(
     assert large["retrieval"]["mode"] == "passages" and large["documents"] == []
     assert large["retrieval"]["passages"][0]["document_id"] == big
     assert search_results(fake.requests[-1].body)
-    refused = api.post(
+    # Asked for whole documents, it gets them: the budget only guides `auto`.
+    whole = api.post(
         "/v1/answers",
         json={
             "question": "How do I change my password?",
@@ -158,9 +159,24 @@ def test_auto_sends_whole_documents_that_fit_and_passages_past_the_budget(
             "retrieval": {"mode": "documents"},
         },
     )
+    assert whole.status_code == 200 and whole.json()["retrieval"]["mode"] == "documents"
+
+
+def test_documents_that_cannot_be_sent_whole_are_refused_in_documents_mode(
+    api: httpx.Client, fake: FakeUpstream
+) -> None:
+    """101 documents are more than one request takes whole: `documents` is 422, `auto` passages."""
+    ids = [text_document(api, f"Fact number {n} is true. ", f"Fact {n}") for n in range(101)]
+    collection_id = collection_of(api, *ids)
+    fake.reset(Reply(body=message([{"type": "text", "text": "True."}])))
+    question = {"question": "Is fact number 7 true?", "collection_id": collection_id}
+    refused = api.post("/v1/answers", json={**question, "retrieval": {"mode": "documents"}})
     assert refused.status_code == 422, refused.text
     assert refused.json()["code"] == "document_too_large"
-    assert "passages" in refused.json()["detail"]
+    assert "101 documents" in refused.json()["detail"] and "passages" in refused.json()["detail"]
+    assert fake.requests == []
+    auto = api.post("/v1/answers", json=question)
+    assert auto.status_code == 200 and auto.json()["retrieval"]["mode"] == "passages"
 
 
 def test_a_streamed_passages_answer_is_the_stored_one(
