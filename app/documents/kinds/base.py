@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from app.documents.index import DocumentIndex
+from app.documents.index import DocumentIndex, resolve_char_offsets
 from app.errors import ErrorCode
 
 
@@ -121,3 +121,36 @@ class DocumentKind(ABC):
     @abstractmethod
     def locate(self, citation: dict[str, Any], index: DocumentIndex) -> tuple[int, int] | None:
         """Offsets into the document text of what ``citation`` (of ``citation_type``) cites."""
+
+
+class SentAsText(DocumentKind):
+    """A kind whose stored text is sent as a plain-text document: cited by character offsets
+    into that text (plain text, and what is converted to prose)."""
+
+    citation_type = "char_location"
+
+    def upstream_source(self, parts: StoredParts) -> dict[str, Any]:
+        # The exact stored text, never the original bytes: the upstream's offsets cite it.
+        return {"type": "text", "media_type": "text/plain", "data": parts.text}
+
+    def locate(self, citation: dict[str, Any], index: DocumentIndex) -> tuple[int, int] | None:
+        return resolve_char_offsets(citation, index)
+
+
+class SentAsBlocks(DocumentKind):
+    """A kind whose chunks are sent as content blocks: cited by block index (content
+    documents, and records converted to blocks: rows, slides)."""
+
+    citation_type = "content_block_location"
+
+    def upstream_source(self, parts: StoredParts) -> dict[str, Any]:
+        return {
+            "type": "content",
+            "content": [{"type": "text", "text": text} for text in parts.chunk_texts],
+        }
+
+    def locate(self, citation: dict[str, Any], index: DocumentIndex) -> tuple[int, int] | None:
+        first, end = citation.get("start_block_index"), citation.get("end_block_index")
+        if not isinstance(first, int) or not isinstance(end, int):
+            return None
+        return index.block_range(first, end)
