@@ -183,6 +183,11 @@ class ErrorCode(StrEnum):
         422,
         "PDFs with more pages in all than `CITEGATE_MAX_PDF_PAGES_PER_REQUEST`",
     )
+    DOCUMENT_TOO_LARGE = (
+        "document_too_large",
+        422,
+        'documents that do not fit one request whole, asked with `"mode": "documents"`',
+    )
     CONVERSATION_BUSY = (
         "conversation_busy",
         409,

@@ -108,6 +108,12 @@ class Settings(BaseSettings):
     max_pdf_pages_per_request: int = Field(
         default=600, ge=1, description="The upstream's PDF page limit for one request."
     )
+    whole_documents_token_budget: int = Field(
+        default=150_000,
+        ge=1,
+        description="Estimated input tokens above which `auto` retrieval sends passages rather "
+        "than whole documents.",
+    )
     search_window_chunks: int = Field(
         default=2,
         ge=0,

@@ -11,8 +11,10 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
-from app.documents.index import DocumentIndex, same_passage
+from app.answers.prompt import passage_blocks
+from app.documents.index import DocumentIndex, merged_locator, same_passage
 from app.documents.kinds import all_kinds, kind_named
+from app.search.passages import Passage
 
 log = logging.getLogger(__name__)
 
@@ -21,13 +23,17 @@ _DOCUMENT_CITATIONS = frozenset(kind.citation_type for kind in all_kinds())
 
 
 def resolve_citation(
-    citation: dict[str, Any], documents: Sequence[DocumentIndex]
+    citation: dict[str, Any],
+    documents: Sequence[DocumentIndex],
+    passages: Sequence[Passage] = (),
 ) -> dict[str, Any]:
     """The citation with ``document_id``, ``span`` and ``verified`` added to its fields."""
     resolved = {**citation, "document_id": None, "span": None, "verified": False}
+    if citation.get("type") == "search_result_location":
+        return _resolve_search_result(resolved, passages)
     index = citation.get("document_index")
     if citation.get("type") not in _DOCUMENT_CITATIONS:
-        return resolved  # search results and web results point outside our store
+        return resolved  # web results point outside our store
     if not isinstance(index, int) or not 0 <= index < len(documents):
         log.warning("citation points at document_index %r, out of range", index)
         return resolved
@@ -46,8 +52,42 @@ def resolve_citation(
     return resolved
 
 
+def _resolve_search_result(resolved: dict[str, Any], passages: Sequence[Passage]) -> dict[str, Any]:
+    """A passage's blocks are chunks of a stored document: the cited blocks are its span."""
+    index = resolved.get("search_result_index")
+    if not isinstance(index, int) or not 0 <= index < len(passages):
+        log.warning("citation points at search_result_index %r, out of range", index)
+        return resolved
+    passage = passages[index]
+    resolved["document_id"] = passage.document_id
+    blocks = passage_blocks(passage)
+    first, end = resolved.get("start_block_index"), resolved.get("end_block_index")
+    if (
+        not isinstance(first, int)
+        or not isinstance(end, int)
+        or not 0 <= first < end <= len(blocks)
+    ):
+        return resolved
+    cited = blocks[first:end]
+    start, stop = cited[0].start_char, cited[-1].end_char
+    resolved["span"] = {
+        "start_char": start,
+        "end_char": stop,
+        # A passage never crosses a page.
+        "start_page": passage.start_page,
+        "end_page": passage.end_page,
+        "chunk_indices": [block.chunk_index for block in cited],
+        "locator": merged_locator([block.locator for block in cited]),
+    }
+    stored = passage.text[start - passage.start_char : stop - passage.start_char]
+    resolved["verified"] = same_passage(stored, str(resolved.get("cited_text") or ""))
+    return resolved
+
+
 def build_segments(
-    content: Sequence[dict[str, Any]], documents: Sequence[DocumentIndex]
+    content: Sequence[dict[str, Any]],
+    documents: Sequence[DocumentIndex],
+    passages: Sequence[Passage] = (),
 ) -> tuple[str, list[dict[str, Any]]]:
     """The answer text and its segments: one per upstream text block, citations resolved."""
     segments: list[dict[str, Any]] = []
@@ -56,7 +96,7 @@ def build_segments(
         if block.get("type") != "text":
             continue
         text = str(block.get("text") or "")
-        citations = [resolve_citation(c, documents) for c in block.get("citations") or []]
+        citations = [resolve_citation(c, documents, passages) for c in block.get("citations") or []]
         segments.append(
             {"text": text, "start": position, "end": position + len(text), "citations": citations}
         )

@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from app.search.passages import Passage
 from app.upstream.wire import MAX_CACHE_BREAKPOINTS
 
 EPHEMERAL = {"type": "ephemeral"}
@@ -18,6 +19,47 @@ class PromptDocument:
     title: str | None
     context: str | None
     source: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class PassageBlock:
+    """One text block of a passage's search result: one chunk of the stored document."""
+
+    chunk_index: int
+    start_char: int
+    end_char: int
+    text: str
+    locator: dict[str, Any] | None = None
+
+
+def passage_blocks(passage: Passage) -> list[PassageBlock]:
+    """The text blocks a passage is sent as: one per chunk, blank chunks left out (the upstream
+    refuses empty text). A ``search_result_location``'s block indices index this list."""
+    blocks = []
+    start = passage.start_char
+    locators = passage.chunk_locators or [None] * len(passage.chunk_texts)
+    for chunk_index, text, locator in zip(
+        passage.chunk_indices, passage.chunk_texts, locators, strict=True
+    ):
+        if text.strip():
+            blocks.append(PassageBlock(chunk_index, start, start + len(text), text, locator))
+        start += len(text)
+    return blocks
+
+
+def search_result_block(passage: Passage) -> dict[str, Any]:
+    """A passage as a citable ``search_result`` block."""
+    title = passage.title or passage.document_id
+    if passage.start_page is not None:
+        title = f"{title}, page {passage.start_page}"
+    where = f"#chars={passage.start_char}-{passage.end_char}"
+    return {
+        "type": "search_result",
+        "source": f"/v1/documents/{passage.document_id}{where}",
+        "title": title,
+        "content": [{"type": "text", "text": block.text} for block in passage_blocks(passage)],
+        "citations": {"enabled": True},
+    }
 
 
 def cache_breakpoints(count: int, budget: int = MAX_CACHE_BREAKPOINTS) -> list[int]:
@@ -59,10 +101,11 @@ _CITATION_PARAMS = {
 
 @dataclass(frozen=True, slots=True)
 class Turn:
-    """An earlier question and the segments of its answer."""
+    """An earlier question, the passages retrieved for it, and the segments of its answer."""
 
     question: str
     segments: Sequence[dict[str, Any]]
+    passages: Sequence[Passage] = ()
 
 
 def citation_param(citation: dict[str, Any]) -> dict[str, Any] | None:
@@ -99,20 +142,24 @@ def build_message_request(
     model: str,
     max_tokens: int,
     system: str | None = None,
+    passages: Sequence[Passage] = (),
     history: Sequence[Turn] = (),
 ) -> dict[str, Any]:
     """The documents in the caller's order, citations on all, in the first user turn; then
-    every earlier question and answer; then the question.
+    every earlier question (after the passages retrieved for it) and answer; then the passages
+    retrieved for this question, as search results, and the question.
 
     Earlier answers go back as assistant turns whose text blocks carry their citations (the API
-    refuses citations on user text). Breakpoints: the documents' (see ``cache_breakpoints``)
-    and, in a follow-up, one at the end of the previous answer, so the whole conversation so far
-    is read from the cache; never more than 4 in all. No ``temperature``, ``top_p`` or
-    ``top_k``: the current API version refuses them.
+    refuses citations on user text); earlier passages go back where they were, so that every
+    earlier ``search_result_index`` still points at the same passage. Breakpoints: the
+    documents' (see ``cache_breakpoints``); in a follow-up, one at the end of the previous
+    answer, so the whole conversation so far is read from the cache; one on the last passage,
+    so the same question again is read from it; never more than 4 in all. No ``temperature``,
+    ``top_p`` or ``top_k``: the current API version refuses them.
     """
-    turns = [(turn.question, assistant_blocks(turn.segments)) for turn in history]
-    turns = [(q, blocks) for q, blocks in turns if blocks]
-    budget = MAX_CACHE_BREAKPOINTS - (1 if turns else 0)
+    turns = [(turn, assistant_blocks(turn.segments)) for turn in history]
+    turns = [(turn, blocks) for turn, blocks in turns if blocks]
+    budget = MAX_CACHE_BREAKPOINTS - (1 if turns else 0) - (1 if passages else 0)
     marked = set(cache_breakpoints(len(documents), budget))
     content: list[dict[str, Any]] = []
     for position, document in enumerate(documents):
@@ -126,13 +173,17 @@ def build_message_request(
             block["cache_control"] = dict(EPHEMERAL)
         content.append(block)
     messages: list[dict[str, Any]] = [{"role": "user", "content": content}]
-    for earlier_question, answer in turns:
-        content.append({"type": "text", "text": earlier_question})
+    for turn, answer in turns:
+        content.extend(search_result_block(passage) for passage in turn.passages)
+        content.append({"type": "text", "text": turn.question})
         messages.append({"role": "assistant", "content": answer})
         content = []
         messages.append({"role": "user", "content": content})
     if turns:
         messages[-2]["content"][-1]["cache_control"] = dict(EPHEMERAL)
+    if passages:
+        content.extend(search_result_block(passage) for passage in passages)
+        content[-1]["cache_control"] = dict(EPHEMERAL)
     content.append({"type": "text", "text": question})
     request: dict[str, Any] = {"model": model, "max_tokens": max_tokens, "messages": messages}
     if system is not None:

@@ -8,10 +8,35 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, model_validator
 
 from app.documents.schemas import NO_NUL, Id
+from app.search.schemas import PassageOut
+from app.upstream.wire import MAX_DOCUMENTS_PER_REQUEST
+
+
+class Retrieval(BaseModel):
+    """How the documents reach the model: whole, or the passages that matter."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    mode: Literal["auto", "documents", "passages"] = Field(
+        default="auto",
+        description="`documents`: whole documents. `passages`: the best passages for the "
+        "question, as search results. `auto`: whole documents when they fit one request, "
+        "passages otherwise.",
+    )
+    max_passages: int = Field(default=20, ge=1, le=100, description="Passages sent at most.")
+
+
+_ONE_OF = ("document_ids", "collection_id", "conversation_id")
+
+
+def _given(name: str) -> dict[str, Any]:
+    """JSON Schema for "``name`` is given and not null"."""
+    return {"required": [name], "properties": {name: {"not": {"type": "null"}}}}
 
 
 class AnswerRequest(BaseModel):
-    """A question about `document_ids`, or a follow-up in `conversation_id` (not both)."""
+    """A question about `document_ids` or a `collection_id`, or a follow-up in
+    `conversation_id`: exactly one of the three."""
 
     model_config = ConfigDict(
         extra="forbid",
@@ -20,22 +45,22 @@ class AnswerRequest(BaseModel):
                 {"question": "What color is the grass?", "document_ids": ["doc_01jf3k2m4n5p"]}
             ],
             # What the validator below enforces, for clients and schema-driven tests (null is
-            # as good as absent): a follow-up in a conversation has no documents, model or
-            # system prompt of its own; any other question has documents.
-            "if": {
-                "required": ["conversation_id"],
-                "properties": {"conversation_id": {"type": "string"}},
-            },
+            # as good as absent): exactly one of the three; a follow-up in a conversation has no
+            # model, system prompt or retrieval of its own.
+            "if": _given("conversation_id"),
             "then": {
                 "properties": {
-                    "document_ids": {"type": "null"},
-                    "model": {"type": "null"},
-                    "system": {"type": "null"},
+                    name: {"type": "null"}
+                    for name in ("document_ids", "collection_id", "model", "system", "retrieval")
                 }
             },
             "else": {
-                "required": ["document_ids"],
-                "properties": {"document_ids": {"type": "array"}},
+                "if": _given("collection_id"),
+                "then": {"properties": {"document_ids": {"type": "null"}}},
+                "else": {
+                    "required": ["document_ids"],
+                    "properties": {"document_ids": {"type": "array"}},
+                },
             },
         },
     )
@@ -49,11 +74,17 @@ class AnswerRequest(BaseModel):
     document_ids: list[Id] | None = Field(
         default=None,
         min_length=1,
-        max_length=100,
-        description="The documents, in the order the model sees. Not with conversation_id.",
+        max_length=MAX_DOCUMENTS_PER_REQUEST,
+        description="The documents, in the order the model sees.",
+    )
+    collection_id: Id | None = Field(
+        default=None, description="Ask about the documents of this collection."
     )
     conversation_id: Id | None = Field(
         default=None, description="Ask a follow-up in this conversation, on its documents."
+    )
+    retrieval: Retrieval | None = Field(
+        default=None, description="Whole documents or passages; `auto` when absent."
     )
     model: str | None = Field(default=None, min_length=1, max_length=200, pattern=NO_NUL)
     max_tokens: int | None = Field(default=None, ge=1, le=128_000)
@@ -61,11 +92,12 @@ class AnswerRequest(BaseModel):
     stream: bool = Field(default=False, description="Answer as server-sent events.")
 
     @model_validator(mode="after")
-    def _documents_or_conversation(self) -> AnswerRequest:
-        if (self.document_ids is None) == (self.conversation_id is None):
-            raise ValueError("give either document_ids or conversation_id, not both or neither")
-        if self.conversation_id is not None and (self.model or self.system):
-            raise ValueError("a conversation fixes its model and system prompt")
+    def _one_target(self) -> AnswerRequest:
+        given = [name for name in _ONE_OF if getattr(self, name) is not None]
+        if len(given) != 1:
+            raise ValueError("give exactly one of document_ids, collection_id, conversation_id")
+        if self.conversation_id is not None and (self.model or self.system or self.retrieval):
+            raise ValueError("a conversation fixes its model, system prompt and retrieval")
         return self
 
 
@@ -218,6 +250,7 @@ _ANSWER_EXAMPLE: dict[str, JsonValue] = {
         },
     ],
     "documents": [{"document_index": 0, "document_id": "doc_01jf3k2m4n5p", "title": "Q3 report"}],
+    "retrieval": {"mode": "documents", "passages": [], "first_new_passage": 0},
     "usage": {
         "input_tokens": 2095,
         "output_tokens": 31,
@@ -227,6 +260,19 @@ _ANSWER_EXAMPLE: dict[str, JsonValue] = {
     "upstream": {"message_id": "msg_01XFDUDYJgAACzvnptvVoYEL", "request_id": "req_011CV7x8y9z"},
     "created_at": "2025-01-01T12:00:00Z",
 }
+
+
+class AnswerRetrieval(BaseModel):
+    """What was sent: whole documents, or passages in the order sent (so that a citation's
+    `search_result_index` indexes them)."""
+
+    mode: Literal["documents", "passages"]
+    passages: list[PassageOut]
+    first_new_passage: int = Field(
+        ge=0,
+        description="The first of `passages` retrieved for this question; those before it were "
+        "retrieved for earlier turns of the conversation and sent again.",
+    )
 
 
 class AnswerOut(BaseModel):
@@ -243,6 +289,7 @@ class AnswerOut(BaseModel):
     text: str
     segments: list[Segment]
     documents: list[AnswerDocument]
+    retrieval: AnswerRetrieval
     usage: AnswerUsage
     upstream: UpstreamIds
     created_at: datetime

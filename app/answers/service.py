@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -18,18 +18,28 @@ from sqlalchemy import insert
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from app.answers.citations import build_segments
-from app.answers.prompt import Turn, build_message_request
-from app.answers.schemas import AnswerRequest
+from app.answers.prompt import Turn, build_message_request, passage_blocks
+from app.answers.schemas import AnswerRequest, Retrieval
 from app.answers.streaming import AnswerStream, Event
 from app.auth.keys import Principal
 from app.auth.limits import KeyLimits
+from app.collections.service import collection_document_ids
 from app.conversations import service as conversations
-from app.db.models import Answer, utcnow
+from app.db.models import Answer, Conversation, utcnow
 from app.db.tenancy import get_owned
-from app.documents.sources import SourceCache, SourceDocument, describe_sources, load_sources
+from app.documents.sources import (
+    DocumentsTooLarge,
+    SourceCache,
+    SourceDocument,
+    describe,
+    describe_sources,
+    load_sources,
+    request_limits,
+)
 from app.errors import CitegateError, ErrorCode, problem_of
 from app.ids import new_id
 from app.observability import Metrics
+from app.search.service import Passage, search_collection_passages, search_passages
 from app.settings import Settings
 from app.upstream.client import UpstreamClient
 from app.upstream.errors import UpstreamError
@@ -57,11 +67,41 @@ class Prepared:
     conversation_id: str | None
     sources: list[SourceDocument]
     request: dict[str, Any]
+    retrieval: dict[str, Any]  # as stored: mode, every passage sent, the first new one
+    passages: list[Passage] = field(default_factory=list)  # every passage sent, in order
     claim: datetime | None = None  # the conversation's claim, released with exactly this value
 
     @property
     def documents(self) -> list[dict[str, Any]]:
         return describe_sources(self.sources)
+
+
+@dataclass(frozen=True, slots=True)
+class _Target:
+    """What a question is about, and how its documents are sent."""
+
+    document_ids: list[str]
+    mode: str  # "auto" | "documents" | "passages"
+    collection_id: str | None
+    max_passages: int
+
+
+async def _target(
+    session: AsyncSession, tenant_id: str, body: AnswerRequest, conversation: Conversation | None
+) -> _Target:
+    retrieval = body.retrieval or Retrieval()
+    if conversation is not None:
+        if conversation.collection_id is not None:
+            # Over a collection, each turn retrieves its own passages.
+            return _Target([], "passages", conversation.collection_id, retrieval.max_passages)
+        return _Target(conversation.document_ids, "documents", None, retrieval.max_passages)
+    if body.collection_id is not None:
+        ids = []
+        if retrieval.mode != "passages":  # whole documents, if they fit: which are they?
+            ids = await collection_document_ids(session, tenant_id, body.collection_id)
+        return _Target(ids, retrieval.mode, body.collection_id, retrieval.max_passages)
+    assert body.document_ids is not None
+    return _Target(body.document_ids, retrieval.mode, None, retrieval.max_passages)
 
 
 async def _prepare(
@@ -77,32 +117,26 @@ async def _prepare(
     other follow-up can add a turn in between; the caller gives it back with ``_release``.
     """
     settings = context.settings
-    model, system, document_ids = body.model, body.system, body.document_ids
+    model, system = body.model, body.system
     conversation = None
     claimed = None
     if body.conversation_id is not None:
         conversation = await conversations.get_conversation(
             session, tenant_id, body.conversation_id
         )
-        model, system, document_ids = (
-            conversation.model,
-            conversation.system,
-            conversation.document_ids,
-        )
-        if claim:
-            claimed = await conversations.claim(session, conversation, _claim_hold(settings))
+        model, system = conversation.model, conversation.system
+    target = await _target(session, tenant_id, body, conversation)
+    if conversation is not None and claim:
+        claimed = await conversations.claim(session, conversation, _claim_hold(settings))
     try:
         history: list[Turn] = []
         if conversation is not None:
             history = [
-                Turn(answer.question, answer.segments)
+                Turn(answer.question, answer.segments, passages_asked(answer.retrieval))
                 for answer in await conversations.answers_of(session, conversation.id)
                 if answer.status == "completed"
             ]
-        assert document_ids is not None
-        sources = await load_sources(
-            session, tenant_id, document_ids, context.sources, settings.max_pdf_pages_per_request
-        )
+        mode, sources, passages = await _ground(session, tenant_id, body.question, target, context)
         # End the read transaction: no connection is held while the upstream answers.
         await session.commit()
         request = build_message_request(
@@ -111,6 +145,7 @@ async def _prepare(
             model=model or settings.default_model,
             max_tokens=body.max_tokens or settings.max_tokens,
             system=system or settings.system_prompt,
+            passages=passages,
             history=history,
         )
     except BaseException:
@@ -120,7 +155,111 @@ async def _prepare(
                 await session.rollback()
                 await conversations.release(context.sessions, body.conversation_id, claimed)
         raise
-    return Prepared(new_id("ans"), body.question, body.conversation_id, sources, request, claimed)
+    earlier = [passage for turn in history for passage in turn.passages]
+    retrieval = {
+        "mode": mode,
+        "passages": [stored_passage(passage) for passage in [*earlier, *passages]],
+        "first_new_passage": len(earlier),
+    }
+    return Prepared(
+        new_id("ans"),
+        body.question,
+        body.conversation_id,
+        sources,
+        request,
+        retrieval,
+        [*earlier, *passages],
+        claimed,
+    )
+
+
+async def _ground(
+    session: AsyncSession, tenant_id: str, question: str, target: _Target, context: AnswerContext
+) -> tuple[str, list[SourceDocument], list[Passage]]:
+    """Whole documents, or the passages that matter for the question: the mode used, and
+    what is sent."""
+    settings = context.settings
+    limits = request_limits(settings, budget=target.mode == "auto")
+    # A collection's scans are no reason to refuse a question: they have nothing to cite.
+    skip = target.collection_id is not None
+    fits_by_count = len(target.document_ids) <= limits.documents
+    if target.mode == "documents" or (target.mode == "auto" and fits_by_count):
+        try:
+            sources = await load_sources(
+                session,
+                tenant_id,
+                target.document_ids,
+                context.sources,
+                limits,
+                skip_uncitable=skip,
+            )
+            return "documents", sources, []
+        except DocumentsTooLarge:
+            if target.mode == "documents":
+                raise
+    options = {
+        "window": settings.search_window_chunks,
+        "per_document": settings.search_max_passages_per_document,
+    }
+    if target.collection_id is not None:
+        found = await search_collection_passages(
+            session, tenant_id, question, target.collection_id, target.max_passages, **options
+        )
+    else:
+        await describe(session, tenant_id, target.document_ids)  # 404 or 422 as for documents
+        found = await search_passages(
+            session, tenant_id, question, target.document_ids, target.max_passages, **options
+        )
+    # A passage of blank chunks would be an empty search result, which the upstream refuses.
+    return "passages", [], [passage for passage in found if passage_blocks(passage)]
+
+
+def stored_passage(passage: Passage) -> dict[str, Any]:
+    """A passage as an answer stores it: as the API shows it, and its chunks' lengths, so
+    that a follow-up can send it again block for block."""
+    return {
+        "document_id": passage.document_id,
+        "title": passage.title,
+        "text": passage.text,
+        "start_char": passage.start_char,
+        "end_char": passage.end_char,
+        "start_page": passage.start_page,
+        "end_page": passage.end_page,
+        "chunk_indices": passage.chunk_indices,
+        "score": passage.score,
+        "chunk_lengths": [len(text) for text in passage.chunk_texts],
+        "chunk_locators": passage.chunk_locators,
+    }
+
+
+# What an answer stores of each passage beside what the API shows: enough to send it again.
+_STORED_ONLY = ("chunk_lengths", "chunk_locators")
+
+
+def passages_asked(retrieval: dict[str, Any] | None) -> list[Passage]:
+    """The passages an earlier answer retrieved for its own question."""
+    if not retrieval:
+        return []
+    passages = []
+    for stored in retrieval["passages"][retrieval["first_new_passage"] :]:
+        texts, start = [], 0
+        for length in stored["chunk_lengths"]:
+            texts.append(stored["text"][start : start + length])
+            start += length
+        fields = {k: v for k, v in stored.items() if k not in _STORED_ONLY}
+        locators = stored.get("chunk_locators") or []
+        passages.append(Passage(**fields, chunk_texts=texts, chunk_locators=locators))
+    return passages
+
+
+def _retrieval_out(retrieval: dict[str, Any] | None) -> dict[str, Any]:
+    if not retrieval:  # stored before retrieval existed: whole documents
+        return {"mode": "documents", "passages": [], "first_new_passage": 0}
+    passages = [
+        {k: v for k, v in stored.items() if k not in _STORED_ONLY}
+        for stored in retrieval["passages"]
+    ]
+    return {**retrieval, "passages": passages}
 
 
 def _claim_hold(settings: Settings) -> timedelta:
@@ -195,7 +334,7 @@ async def open_stream(
             context.upstream.stream_message(prepared.request)
         )
         events = upstream.events()
-        answer = AnswerStream([source.index for source in prepared.sources])
+        answer = AnswerStream([source.index for source in prepared.sources], prepared.passages)
         async for event in events:  # up to message_start: the upstream has begun
             answer.feed(event)
             if answer.started:
@@ -325,7 +464,9 @@ async def _store(
     request_id: str | None,
 ) -> Answer:
     await context.limits.spend_tokens(principal, sum(usage.values()))
-    text, segments = build_segments(content, [source.index for source in prepared.sources])
+    text, segments = build_segments(
+        content, [source.index for source in prepared.sources], prepared.passages
+    )
     values = {
         "id": prepared.id,
         "tenant_id": principal.tenant_id,
@@ -339,6 +480,7 @@ async def _store(
         "text": text,
         "segments": segments,
         "documents": prepared.documents,
+        "retrieval": prepared.retrieval,
         "usage": usage,
         "upstream_message_id": message_id,
         "upstream_request_id": request_id,
@@ -375,6 +517,7 @@ def answer_payload(answer: Answer) -> dict[str, Any]:
         "text": answer.text,
         "segments": answer.segments,
         "documents": answer.documents,
+        "retrieval": _retrieval_out(answer.retrieval),
         "usage": answer.usage,
         "upstream": {
             "message_id": answer.upstream_message_id,

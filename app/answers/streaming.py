@@ -12,6 +12,7 @@ from typing import Any
 
 from app.answers.citations import resolve_citation
 from app.documents.index import DocumentIndex
+from app.search.passages import Passage
 
 Event = tuple[str, dict[str, Any]]
 USAGE_FIELDS = (
@@ -25,8 +26,11 @@ USAGE_FIELDS = (
 class AnswerStream:
     """Feeds on upstream events; says which Citegate events each one makes."""
 
-    def __init__(self, documents: Sequence[DocumentIndex]) -> None:
+    def __init__(
+        self, documents: Sequence[DocumentIndex], passages: Sequence[Passage] = ()
+    ) -> None:
         self._documents = documents
+        self._passages = passages
         self._blocks: dict[int, dict[str, Any]] = {}  # upstream block index -> block
         self._segments: dict[int, int] = {}  # upstream index of a text block -> segment index
         self.message_id: str | None = None
@@ -96,7 +100,7 @@ class AnswerStream:
 
     def _cite(self, block: dict[str, Any], segment: int, citation: dict[str, Any]) -> Event:
         block["citations"].append(citation)
-        resolved = resolve_citation(citation, self._documents)
+        resolved = resolve_citation(citation, self._documents, self._passages)
         return ("citation", {"segment_index": segment, "citation": resolved})
 
     def _take_usage(self, usage: Any) -> None:

@@ -44,12 +44,9 @@ def collection_out(counted: service.CountedCollection) -> CollectionOut:
     response_model=CollectionOut,
     responses={
         201: {
+            # Not addCollectionDocuments: its body needs document ids that this response lacks.
             "links": links(
-                "collection_id",
-                "getCollection",
-                "addCollectionDocuments",
-                "listCollectionDocuments",
-                "deleteCollection",
+                "collection_id", "getCollection", "listCollectionDocuments", "deleteCollection"
             )
         },
         **problems(*BODY_PROBLEMS),

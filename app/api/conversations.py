@@ -15,6 +15,7 @@ from app.conversations import service
 from app.conversations.schemas import ConversationOut, ConversationPage, ConversationRequest
 from app.db.models import Conversation
 from app.documents.schemas import NO_NUL
+from app.documents.sources import request_limits
 
 ConversationId = Annotated[
     str, Path(pattern=NO_NUL, description="The conversation's id, `conv_…`.")
@@ -35,6 +36,7 @@ def conversation_out(
             "system": conversation.system,
             "model": conversation.model,
             "documents": documents,
+            "collection_id": conversation.collection_id,
             "created_at": conversation.created_at,
         }
     )
@@ -55,7 +57,7 @@ async def create_conversation(
     body: ConversationRequest, session: SessionDep, tenant_id: TenantDep, context: ContextDep
 ) -> ConversationOut:
     conversation, documents = await service.create_conversation(
-        session, tenant_id, body, context.sources, context.settings.max_pdf_pages_per_request
+        session, tenant_id, body, context.sources, request_limits(context.settings)
     )
     return conversation_out(conversation, documents)
 

@@ -9,11 +9,12 @@ from typing import Any
 from sqlalchemy import delete, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
+from app.collections.service import collection_document_ids
 from app.conversations.schemas import ConversationRequest
 from app.db.models import Answer, Conversation, utcnow
 from app.db.tenancy import get_owned, list_newest
 from app.documents import service as documents
-from app.documents.sources import SourceCache, describe_sources, load_sources
+from app.documents.sources import RequestLimits, SourceCache, describe_sources, load_sources
 from app.errors import Conflict, ErrorCode
 from app.ids import new_id
 from app.pagination import Page
@@ -24,17 +25,24 @@ async def create_conversation(
     tenant_id: str,
     body: ConversationRequest,
     cache: SourceCache,
-    max_pdf_pages: int,
+    limits: RequestLimits,
 ) -> tuple[Conversation, list[dict[str, Any]]]:
-    """A new conversation on the tenant's citable documents (checked as a question would be)."""
-    sources = await load_sources(session, tenant_id, body.document_ids, cache, max_pdf_pages)
+    """A new conversation on the tenant's citable documents, sent whole with every turn
+    (checked as a question would be), or on a collection."""
+    sources = []
+    if body.collection_id is not None:
+        await collection_document_ids(session, tenant_id, body.collection_id)  # 404 if not ours
+    else:
+        assert body.document_ids is not None
+        sources = await load_sources(session, tenant_id, body.document_ids, cache, limits)
     conversation = Conversation(
         id=new_id("conv"),
         tenant_id=tenant_id,
         title=body.title,
         system=body.system,
         model=body.model,
-        document_ids=list(body.document_ids),
+        document_ids=list(body.document_ids or ()),
+        collection_id=body.collection_id,
     )
     session.add(conversation)
     await session.commit()

@@ -177,7 +177,8 @@ class Conversation(Base):
     title: Mapped[str | None] = mapped_column(String(500))
     system: Mapped[str | None] = mapped_column(Text)
     model: Mapped[str | None] = mapped_column(String(200))
-    document_ids: Mapped[list[str]] = mapped_column(JSON)
+    document_ids: Mapped[list[str]] = mapped_column(JSON)  # empty over a collection
+    collection_id: Mapped[str | None] = mapped_column(String(40))
     # Set while a follow-up is being answered: a second one at the same time is refused.
     busy_until: Mapped[datetime | None] = mapped_column(UTCDateTime())
     created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
@@ -202,6 +203,8 @@ class Answer(Base):
     text: Mapped[str] = mapped_column(Text)
     segments: Mapped[list[dict[str, Any]]] = mapped_column(JSON)
     documents: Mapped[list[dict[str, Any]]] = mapped_column(JSON)
+    # {"mode", "passages", "first_new_passage"}; null for answers stored before retrieval
+    retrieval: Mapped[dict[str, Any] | None] = mapped_column(JSON)
     usage: Mapped[dict[str, int]] = mapped_column(JSON)
     upstream_message_id: Mapped[str | None] = mapped_column(String(200))
     upstream_request_id: Mapped[str | None] = mapped_column(String(200))

@@ -18,8 +18,10 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from app.answers.prompt import PromptDocument
 from app.db.models import Document, DocumentBlob, DocumentChunk
 from app.documents.index import DocumentIndex, IndexedChunk
-from app.documents.kinds import StoredParts, kind_named
+from app.documents.kinds import DocumentKind, StoredParts, kind_named
 from app.errors import ErrorCode, InvalidRequest, NotFound
+from app.settings import Settings
+from app.upstream.wire import MAX_DOCUMENTS_PER_REQUEST, MAX_REQUEST_BYTES
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,6 +32,83 @@ class SourceDocument:
     prompt: PromptDocument
     index: DocumentIndex
     size: int  # characters held, for the cache's bound
+    cost: RequestCost
+
+
+@dataclass(frozen=True, slots=True)
+class RequestCost:
+    """What documents take of one upstream request."""
+
+    documents: int = 0
+    pdf_pages: int = 0
+    bytes: int = 0
+    tokens: int = 0
+
+    def __add__(self, other: RequestCost) -> RequestCost:
+        return RequestCost(
+            self.documents + other.documents,
+            self.pdf_pages + other.pdf_pages,
+            self.bytes + other.bytes,
+            self.tokens + other.tokens,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class RequestLimits:
+    """What one upstream request can hold: the upstream's limits and, when choosing between
+    whole documents and passages, a token budget."""
+
+    documents: int
+    pdf_pages: int
+    bytes: int
+    tokens: int | None  # None: no budget, only the upstream's limits
+
+    def check(self, cost: RequestCost) -> None:
+        """422 ``too_many_pdf_pages`` or ``document_too_large`` when ``cost`` does not fit."""
+        if cost.pdf_pages > self.pdf_pages:
+            raise DocumentsTooLarge(
+                f"The PDFs have {cost.pdf_pages} pages in all; one request takes at most "
+                f"{self.pdf_pages}.",
+                code=ErrorCode.TOO_MANY_PDF_PAGES,
+            )
+        for what, used, limit in (
+            ("documents", cost.documents, self.documents),
+            ("bytes", cost.bytes, self.bytes),
+            ("input tokens (estimated)", cost.tokens, self.tokens),
+        ):
+            if limit is not None and used > limit:
+                raise DocumentsTooLarge(
+                    f"The documents do not fit one request: {used} {what}, at most {limit}. "
+                    'Ask with "retrieval": {"mode": "passages"} to send the passages that '
+                    "matter instead.",
+                    code=ErrorCode.DOCUMENT_TOO_LARGE,
+                )
+
+
+def request_limits(settings: Settings, *, budget: bool = False) -> RequestLimits:
+    """The upstream's limits; with ``budget``, also the token budget above which ``auto``
+    retrieval sends passages rather than whole documents."""
+    return RequestLimits(
+        documents=MAX_DOCUMENTS_PER_REQUEST,
+        pdf_pages=settings.max_pdf_pages_per_request,
+        bytes=MAX_REQUEST_BYTES,
+        tokens=settings.whole_documents_token_budget if budget else None,
+    )
+
+
+class DocumentsTooLarge(InvalidRequest):
+    """The documents asked about do not fit one upstream request whole."""
+
+
+def cost_of(
+    kind: DocumentKind, char_count: int, page_count: int | None, size_bytes: int
+) -> RequestCost:
+    return RequestCost(
+        1,
+        page_count or 0,
+        kind.request_bytes(size_bytes, char_count),
+        kind.estimated_tokens(char_count, page_count),
+    )
 
 
 class SourceCache:
@@ -105,6 +184,8 @@ _DOCUMENTS = select(
     _documents.title,
     _documents.context,
     _documents.page_count,
+    _documents.char_count,
+    _documents.size_bytes,
     _documents.citable,
     _documents.warnings,
 ).where(
@@ -119,17 +200,45 @@ async def load_sources(
     tenant_id: str,
     document_ids: Sequence[str],
     cache: SourceCache,
-    max_pdf_pages: int,
+    limits: RequestLimits,
+    *,
+    skip_uncitable: bool = False,
 ) -> list[SourceDocument]:
-    """The tenant's documents in the order asked; 404 for any other id, 422 if not citable."""
-    if len(set(document_ids)) != len(document_ids):
-        raise InvalidRequest(
-            "document_ids lists a document more than once.", code=ErrorCode.DUPLICATE_DOCUMENT_IDS
-        )
+    """The tenant's documents in the order asked, ready to send whole: 404 for any other id,
+    422 for one with nothing to cite (unless ``skip_uncitable``: then it is left out) and
+    ``DocumentsTooLarge`` when they do not fit one request within ``limits``."""
     if (recent := cache.recent(tenant_id, document_ids)) is not None:
-        _check_pages(sum(source.index.page_count or 0 for source in recent), max_pdf_pages)
+        _check_unique(document_ids)
+        limits.check(sum((source.cost for source in recent), RequestCost()))
         return recent
     asked = cache.now()
+    documents = await describe(session, tenant_id, document_ids, skip_uncitable=skip_uncitable)
+    limits.check(
+        sum(
+            (
+                cost_of(kind_named(d.kind), d.char_count, d.page_count, d.size_bytes)
+                for d in documents
+            ),
+            RequestCost(),
+        )
+    )
+    sources = {d.id: hit for d in documents if (hit := cache.confirmed(d.id, asked)) is not None}
+    for source in await _build(session, tenant_id, [d for d in documents if d.id not in sources]):
+        sources[source.document_id] = source
+        cache.put(source, asked)
+    return [sources[d.id] for d in documents]
+
+
+async def describe(
+    session: AsyncSession,
+    tenant_id: str,
+    document_ids: Sequence[str],
+    *,
+    skip_uncitable: bool = False,
+) -> list[Described]:
+    """The tenant's documents' descriptions, in the order asked: 404 for any other id, 422 for
+    one with nothing to cite unless ``skip_uncitable`` (then it is left out)."""
+    _check_unique(document_ids)
     rows = await session.execute(_DOCUMENTS, {"tenant_id": tenant_id, "ids": document_ids})
     found = {document.id: document for document in rows}
     documents = []
@@ -140,17 +249,21 @@ async def load_sources(
             )
         document = found[document_id]
         if not document.citable:
+            if skip_uncitable:
+                continue
             raise InvalidRequest(
                 f"Document {document_id!r} has no text to cite ({', '.join(document.warnings)}).",
                 code=ErrorCode.DOCUMENT_NOT_CITABLE,
             )
         documents.append(document)
-    _check_pages(sum(document.page_count or 0 for document in documents), max_pdf_pages)
-    sources = {d.id: hit for d in documents if (hit := cache.confirmed(d.id, asked)) is not None}
-    for source in await _build(session, tenant_id, [d for d in documents if d.id not in sources]):
-        sources[source.document_id] = source
-        cache.put(source, asked)
-    return [sources[d.id] for d in documents]
+    return documents
+
+
+def _check_unique(document_ids: Sequence[str]) -> None:
+    if len(set(document_ids)) != len(document_ids):
+        raise InvalidRequest(
+            "document_ids lists a document more than once.", code=ErrorCode.DUPLICATE_DOCUMENT_IDS
+        )
 
 
 def describe_sources(sources: Sequence[SourceDocument]) -> list[dict[str, Any]]:
@@ -159,14 +272,6 @@ def describe_sources(sources: Sequence[SourceDocument]) -> list[dict[str, Any]]:
         {"document_index": index, "document_id": source.document_id, "title": source.title}
         for index, source in enumerate(sources)
     ]
-
-
-def _check_pages(pages: int, max_pdf_pages: int) -> None:
-    if pages > max_pdf_pages:
-        raise InvalidRequest(
-            f"The PDFs have {pages} pages in all; one request takes at most {max_pdf_pages}.",
-            code=ErrorCode.TOO_MANY_PDF_PAGES,
-        )
 
 
 async def _build(
@@ -225,5 +330,8 @@ async def _build(
             document.page_count,
         )
         size = len(text) + len(parts.data or b"") * 4 // 3
-        sources.append(SourceDocument(document.id, tenant_id, document.title, prompt, index, size))
+        cost = cost_of(kind, document.char_count, document.page_count, document.size_bytes)
+        sources.append(
+            SourceDocument(document.id, tenant_id, document.title, prompt, index, size, cost)
+        )
     return sources

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import orjson
-from sqlalchemy import Integer, String, bindparam, text
+from sqlalchemy import JSON, Integer, String, bindparam, text
 from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -111,23 +111,29 @@ async def index_document(session: AsyncSession, document_id: str) -> None:
 # many ranges, which each read the chunks' primary key.
 _SQLITE_RANGES = text(
     """
-    SELECT c.document_id, c.chunk_index, c.text, c.start_char, c.end_char, c.page_number
+    SELECT c.document_id, c.chunk_index, c.text, c.start_char, c.end_char, c.page_number,
+           c.locator
     FROM json_each(:ranges) AS r JOIN document_chunks AS c
       ON c.document_id = json_extract(r.value, '$[0]')
      AND c.chunk_index BETWEEN json_extract(r.value, '$[1]') AND json_extract(r.value, '$[2]')
     """
-)
-_POSTGRES_RANGES = text(
-    """
-    SELECT c.document_id, c.chunk_index, c.text, c.start_char, c.end_char, c.page_number
+).columns(locator=JSON)
+_POSTGRES_RANGES = (
+    text(
+        """
+    SELECT c.document_id, c.chunk_index, c.text, c.start_char, c.end_char, c.page_number,
+           c.locator
     FROM unnest(:documents, :firsts, :lasts) AS r(document_id, first, last)
     JOIN document_chunks AS c
       ON c.document_id = r.document_id AND c.chunk_index BETWEEN r.first AND r.last
     """
-).bindparams(
-    bindparam("documents", type_=ARRAY(String)),
-    bindparam("firsts", type_=ARRAY(Integer)),
-    bindparam("lasts", type_=ARRAY(Integer)),
+    )
+    .columns(locator=JSON)
+    .bindparams(
+        bindparam("documents", type_=ARRAY(String)),
+        bindparam("firsts", type_=ARRAY(Integer)),
+        bindparam("lasts", type_=ARRAY(Integer)),
+    )
 )
 
 

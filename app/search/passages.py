@@ -10,7 +10,25 @@ slot, and the best ``limit`` are kept.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True, slots=True)
+class Passage:
+    """A run of adjacent chunks of one document, on one page; its text is theirs joined."""
+
+    document_id: str
+    title: str | None
+    text: str
+    start_char: int
+    end_char: int
+    start_page: int | None
+    end_page: int | None
+    chunk_indices: list[int]
+    score: float
+    chunk_texts: list[str]  # one per chunk index, in order (internal; not in the API body)
+    chunk_locators: list[dict[str, Any] | None] = field(default_factory=list)  # likewise
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,6 +49,7 @@ class StoredChunk:
     start_char: int
     end_char: int
     page_number: int | None
+    locator: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True, slots=True)

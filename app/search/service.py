@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -11,25 +10,10 @@ from app.db.models import Collection
 from app.db.tenancy import get_owned
 from app.documents.service import titles_of
 from app.search import index
-from app.search.passages import build_windows, candidate_hits, ranges_to_read
+from app.search.passages import Passage, build_windows, candidate_hits, ranges_to_read
 from app.search.terms import affordable_terms, query_terms
 
-
-@dataclass(frozen=True, slots=True)
-class Passage:
-    """A run of adjacent chunks of one document, on one page; its text is theirs joined."""
-
-    document_id: str
-    title: str | None
-    text: str
-    start_char: int
-    end_char: int
-    start_page: int | None
-    end_page: int | None
-    chunk_indices: list[int]
-    score: float
-    chunk_texts: list[str]  # one per chunk index, in order (internal; not in the API body)
-
+__all__ = ["Passage", "search_collection_passages", "search_passages"]
 
 # Chunks ranked for one search at most, about (see app.search.terms.affordable_terms).
 MATCH_BUDGET = 2000
@@ -106,6 +90,7 @@ async def _search(
             chunk_indices=[chunk.chunk_index for chunk in w.chunks],
             score=w.score,
             chunk_texts=[chunk.text for chunk in w.chunks],
+            chunk_locators=[chunk.locator for chunk in w.chunks],
         )
         for w in windows
     ]

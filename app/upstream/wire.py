@@ -14,6 +14,10 @@ LOCAL_MODEL = "citegate-local-1"
 """The model name the embedded local engine answers as."""
 MAX_CACHE_BREAKPOINTS = 4
 """The upstream refuses a request with a fifth block carrying ``cache_control``."""
+MAX_REQUEST_BYTES = 32_000_000
+"""The upstream refuses a request body larger than 32 MB."""
+MAX_DOCUMENTS_PER_REQUEST = 100
+"""Citegate's own bound on the document blocks of one request."""
 
 
 class Usage(BaseModel):

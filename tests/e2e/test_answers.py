@@ -435,5 +435,6 @@ def test_too_many_pdf_pages(settings: Settings, fake: FakeUpstream, client: http
             ).json()["id"]
             for name in ("pdflatex-4-pages.pdf", "multicolumn.pdf")
         ]
-        assert_problem(ask(http, "Q?", ids), 422, "too_many_pdf_pages")
+        whole = {"mode": "documents"}
+        assert_problem(ask(http, "Q?", ids, retrieval=whole), 422, "too_many_pdf_pages")
         assert fake.requests == []

@@ -151,6 +151,18 @@ def test_another_tenants_collection_and_documents_are_not_found(
         "/v1/search", json={"query": "grass", "document_ids": [a_document]}, headers=b
     )
     assert_problem(search, 404, "document_not_found")
+    # And in questions and conversations, whatever the retrieval mode.
+    for mode in ("auto", "documents", "passages"):
+        question = {
+            "question": "Grass?",
+            "collection_id": a_collection,
+            "retrieval": {"mode": mode},
+        }
+        for path in ("/v1/answers", "/v1/answers/count-tokens"):
+            asked = client.post(path, json=question, headers=b)
+            assert_problem(asked, 404, "collection_not_found")
+    started = client.post("/v1/conversations", json={"collection_id": a_collection}, headers=b)
+    assert_problem(started, 404, "collection_not_found")
     assert client.get("/v1/collections", headers=b).json()["data"][0]["id"] == b_collection
     assert len(client.get("/v1/collections", headers=b).json()["data"]) == 1
     # Nothing of A's changed.

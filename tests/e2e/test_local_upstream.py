@@ -28,7 +28,9 @@ QUESTIONS = [
 
 
 def ask(client: httpx.Client, question: str, ids: list[str]) -> dict[str, Any]:
-    response = client.post("/v1/answers", json={"question": question, "document_ids": ids})
+    # Whole documents, cited by page (tests/e2e/test_retrieval_answers.py asks by passages).
+    body = {"question": question, "document_ids": ids, "retrieval": {"mode": "documents"}}
+    response = client.post("/v1/answers", json=body)
     assert response.status_code == 200, response.text
     answer: dict[str, Any] = response.json()
     assert answer["model"] == "citegate-local-1" and answer["status"] == "completed"

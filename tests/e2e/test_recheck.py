@@ -52,8 +52,12 @@ def test_a_revoked_key_works_until_the_recheck(
 
 
 def ask(http: httpx.Client, ids: list[str], key: str) -> httpx.Response:
-    body = {"question": "What colour is it?", "document_ids": ids}
+    # Whole documents: what is held between questions (passages are searched every time).
+    body = {"question": "What colour is it?", "document_ids": ids, "retrieval": WHOLE}
     return http.post("/v1/answers", json=body, headers=bearer(key))
+
+
+WHOLE = {"mode": "documents"}
 
 
 def test_documents_vouched_for_recently_are_not_looked_up_again(
@@ -94,3 +98,7 @@ def test_documents_vouched_for_recently_are_not_looked_up_again(
         for document_id in pdfs:
             assert ask(http, [document_id], mine).status_code == 200
         assert_problem(ask(http, pdfs, mine), 422, "too_many_pdf_pages")
+        # Asked as `auto`, the same documents are answered from their passages.
+        body = {"question": "What colour is it?", "document_ids": pdfs}
+        auto = http.post("/v1/answers", json=body, headers=bearer(mine))
+        assert auto.status_code == 200 and auto.json()["retrieval"]["mode"] == "passages"

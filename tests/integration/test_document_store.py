@@ -14,8 +14,9 @@ from sqlalchemy.pool import NullPool
 from app.db.engine import create_engine, create_session_factory
 from app.db.models import DEFAULT_TENANT_ID, Document
 from app.documents import service
-from app.documents.sources import SourceCache, load_sources
+from app.documents.sources import SourceCache, load_sources, request_limits
 from app.errors import NotFound
+from app.settings import Settings
 from tests.conftest import count_rows
 from tests.fixture_files import FIXTURES
 
@@ -136,7 +137,9 @@ def test_a_document_deleted_while_a_question_reads_it_is_not_found(
             cache = SourceCache(10**9, recheck_seconds=5)
             async with sessions() as session:
                 with pytest.raises(NotFound) as refused:
-                    await load_sources(session, DEFAULT_TENANT_ID, [document_id], cache, 600)
+                    await load_sources(
+                        session, DEFAULT_TENANT_ID, [document_id], cache, request_limits(Settings())
+                    )
             assert deleted == [document_id]
             assert refused.value.code == "document_not_found"
             assert cache.confirmed(document_id, cache.now()) is None

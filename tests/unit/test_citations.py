@@ -5,12 +5,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from app.answers.citations import resolve_citation
 from app.documents.chunking import split_sentences
 from app.documents.index import DocumentIndex, IndexedChunk, normalize
+from app.search.passages import Passage
 
 WORDS = st.sampled_from(
     ["grass", "sky", "Ünïcödé", "naïve", "日本語", "emoji😀", "𝔘𝔫𝔦", "café", "straße", "x"]
@@ -190,3 +192,72 @@ def test_normalize_maps_back_into_the_text(text: str) -> None:
     assert len(normalized) == len(starts) == len(ends)
     assert all(0 <= s < e <= len(text) for s, e in zip(starts, ends, strict=True))
     assert starts == sorted(starts)
+
+
+def test_a_search_result_citation_resolves_to_its_chunks() -> None:
+    chunks = ["Intro. ", "\n", "The grass is green. ", "The sky is blue."]
+    found = Passage(
+        document_id="doc_r",
+        title="Colours",
+        text="".join(chunks),
+        start_char=500,
+        end_char=500 + len("".join(chunks)),
+        start_page=4,
+        end_page=4,
+        chunk_indices=[7, 8, 9, 10],
+        score=3.5,
+        chunk_texts=chunks,
+        chunk_locators=[{"sheet": "S", "rows": [n]} for n in (1, 2, 3, 4)],
+    )
+    citation = {
+        "type": "search_result_location",
+        "cited_text": "The grass is green. The sky is blue.",
+        "source": "/v1/documents/doc_r#chars=500-544",
+        "title": "Colours, page 4",
+        "search_result_index": 1,
+        "start_block_index": 1,  # blocks skip the blank chunk: 0 intro, 1 grass, 2 sky
+        "end_block_index": 3,
+    }
+    resolved = resolve_citation(citation, [], [other_passage(), found])
+    assert resolved["document_id"] == "doc_r" and resolved["verified"] is True
+    assert resolved["span"] == {
+        "start_char": 508,
+        "end_char": 544,
+        "start_page": 4,
+        "end_page": 4,
+        "chunk_indices": [9, 10],
+        "locator": {"sheet": "S", "rows": [3, 4]},  # every row cited
+    }
+    assert {k: resolved[k] for k in citation} == citation  # every upstream field kept
+    wrong = resolve_citation(
+        {**citation, "cited_text": "Something else."}, [], [other_passage(), found]
+    )
+    assert wrong["span"] is not None and wrong["verified"] is False
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"search_result_index": 5},
+        {"search_result_index": -1},
+        {"start_block_index": 0, "end_block_index": 0},
+        {"end_block_index": 9},
+        {"start_block_index": None},
+    ],
+)
+def test_a_search_result_citation_out_of_range_is_unresolved(change: dict[str, Any]) -> None:
+    citation = {
+        "type": "search_result_location",
+        "cited_text": "Other.",
+        "source": "s",
+        "search_result_index": 0,
+        "start_block_index": 0,
+        "end_block_index": 1,
+        **change,
+    }
+    resolved = resolve_citation(citation, [], [other_passage()])
+    assert resolved["span"] is None and resolved["verified"] is False
+
+
+def other_passage() -> Passage:
+    return Passage("doc_o", None, "Other.", 0, 6, None, None, [0], 1.0, ["Other."])

@@ -4,8 +4,15 @@ from __future__ import annotations
 
 import pytest
 
-from app.answers.prompt import PromptDocument, build_message_request, cache_breakpoints
+from app.answers.prompt import (
+    PromptDocument,
+    Turn,
+    build_message_request,
+    cache_breakpoints,
+    passage_blocks,
+)
 from app.documents.kinds import CONTENT, PDF, TEXT, StoredParts
+from app.search.passages import Passage
 
 
 def text_document(text: str, title: str | None = None) -> PromptDocument:
@@ -61,3 +68,66 @@ def test_seven_documents() -> None:
     marked = [i for i, block in enumerate(blocks) if "cache_control" in block]
     assert len(marked) == 4 and marked[-1] == 6
     assert [block["source"]["data"] for block in blocks[:7]] == [f"Doc {n}." for n in range(7)]
+
+
+def passage(
+    document_id: str, chunks: list[str], start: int = 0, page: int | None = None
+) -> Passage:
+    return Passage(
+        document_id=document_id,
+        title="Guide" if page is None else "Report",
+        text="".join(chunks),
+        start_char=start,
+        end_char=start + len("".join(chunks)),
+        start_page=page,
+        end_page=page,
+        chunk_indices=list(range(10, 10 + len(chunks))),
+        score=1.0,
+        chunk_texts=chunks,
+    )
+
+
+def test_passages_are_citable_search_results_before_the_question() -> None:
+    found = [passage("doc_a", ["One. ", "Two. "]), passage("doc_b", ["Three."], 40, page=3)]
+    request = build_message_request([], "Q?", model="m", max_tokens=1, passages=found)
+    (turn,) = request["messages"]
+    first, second, question = turn["content"]
+    assert first == {
+        "type": "search_result",
+        "source": "/v1/documents/doc_a#chars=0-10",
+        "title": "Guide",
+        "content": [{"type": "text", "text": "One. "}, {"type": "text", "text": "Two. "}],
+        "citations": {"enabled": True},
+    }
+    assert second["title"] == "Report, page 3" and second["cache_control"] == {"type": "ephemeral"}
+    assert question == {"type": "text", "text": "Q?"}
+
+
+def test_blank_chunks_are_not_blocks_but_keep_the_offsets() -> None:
+    blocks = passage_blocks(passage("doc_a", ["One. ", "\r\n", "Two."], start=100))
+    assert [(b.chunk_index, b.start_char, b.end_char, b.text) for b in blocks] == [
+        (10, 100, 105, "One. "),
+        (12, 107, 111, "Two."),
+    ]
+
+
+def test_earlier_passages_are_sent_again_where_they_were() -> None:
+    earlier = passage("doc_a", ["Old. "])
+    answer = [{"text": "Old news.", "citations": []}]
+    history = [Turn("First?", answer, [earlier])]
+    now = passage("doc_b", ["New. "])
+    request = build_message_request(
+        [], "Second?", model="m", max_tokens=1, passages=[now], history=history
+    )
+    user, assistant, follow_up = request["messages"]
+    assert [b["type"] for b in user["content"]] == ["search_result", "text"]
+    assert user["content"][0]["content"] == [{"type": "text", "text": "Old. "}]
+    assert assistant["content"][-1]["cache_control"] == {"type": "ephemeral"}
+    assert [b["type"] for b in follow_up["content"]] == ["search_result", "text"]
+    controls = [
+        block
+        for message in request["messages"]
+        for block in message["content"]
+        if "cache_control" in block
+    ]
+    assert len(controls) == 2

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from app.answers.prompt import PromptDocument
 from app.documents.index import DocumentIndex
-from app.documents.sources import SourceCache, SourceDocument
+from app.documents.sources import RequestCost, SourceCache, SourceDocument
 
 
 def source(
@@ -12,7 +12,8 @@ def source(
 ) -> SourceDocument:
     index = DocumentIndex(document_id, "text", text, [])
     prompt = PromptDocument(None, None, {"type": "text", "media_type": "text/plain", "data": text})
-    return SourceDocument(document_id, tenant, None, prompt, index, len(text))
+    cost = RequestCost(documents=1, bytes=len(text), tokens=len(text) // 4)
+    return SourceDocument(document_id, tenant, None, prompt, index, len(text), cost)
 
 
 class Clock:

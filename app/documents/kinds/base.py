@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from app.documents.index import DocumentIndex
+from app.documents.index import DocumentIndex, resolve_char_offsets
 from app.errors import ErrorCode
 
 
@@ -97,6 +97,15 @@ class DocumentKind(ABC):
     serial: ClassVar[bool] = False
     """Whether its parser can run only one call at a time in the process."""
 
+    def request_bytes(self, size_bytes: int, char_count: int) -> int:
+        """About how many bytes of an upstream request a document of this kind takes."""
+        return max(size_bytes, char_count)
+
+    def estimated_tokens(self, char_count: int, page_count: int | None) -> int:
+        """About how many input tokens a document of this kind costs (a rough, English-like
+        four characters a token: the budget it is checked against is a setting)."""
+        return char_count // 4
+
     def recognises(self, data: bytes) -> bool:
         """Whether ``data`` carries this kind's signature."""
         return self.signature is not None and self.signature in data[: self.signature_within]
@@ -112,3 +121,36 @@ class DocumentKind(ABC):
     @abstractmethod
     def locate(self, citation: dict[str, Any], index: DocumentIndex) -> tuple[int, int] | None:
         """Offsets into the document text of what ``citation`` (of ``citation_type``) cites."""
+
+
+class SentAsText(DocumentKind):
+    """A kind whose stored text is sent as a plain-text document: cited by character offsets
+    into that text (plain text, and what is converted to prose)."""
+
+    citation_type = "char_location"
+
+    def upstream_source(self, parts: StoredParts) -> dict[str, Any]:
+        # The exact stored text, never the original bytes: the upstream's offsets cite it.
+        return {"type": "text", "media_type": "text/plain", "data": parts.text}
+
+    def locate(self, citation: dict[str, Any], index: DocumentIndex) -> tuple[int, int] | None:
+        return resolve_char_offsets(citation, index)
+
+
+class SentAsBlocks(DocumentKind):
+    """A kind whose chunks are sent as content blocks: cited by block index (content
+    documents, and records converted to blocks: rows, slides)."""
+
+    citation_type = "content_block_location"
+
+    def upstream_source(self, parts: StoredParts) -> dict[str, Any]:
+        return {
+            "type": "content",
+            "content": [{"type": "text", "text": text} for text in parts.chunk_texts],
+        }
+
+    def locate(self, citation: dict[str, Any], index: DocumentIndex) -> tuple[int, int] | None:
+        first, end = citation.get("start_block_index"), citation.get("end_block_index")
+        if not isinstance(first, int) or not isinstance(end, int):
+            return None
+        return index.block_range(first, end)

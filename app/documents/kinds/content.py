@@ -7,25 +7,22 @@ from typing import Any, ClassVar
 
 import orjson
 
-from app.documents.index import DocumentIndex
 from app.documents.kinds.base import (
     DEFAULT_PARSE_OPTIONS,
     ChunkSpan,
-    DocumentKind,
     ParsedDocument,
     ParseOptions,
-    StoredParts,
+    SentAsBlocks,
 )
 
 
-class ContentKind(DocumentKind):
+class ContentKind(SentAsBlocks):
     name = "content"
     media_type = "application/json"
     content_schema: ClassVar[dict[str, Any]] = {
         "type": "array",
         "items": {"$ref": "#/components/schemas/ContentBlock"},
     }
-    citation_type = "content_block_location"
 
     @staticmethod
     def stored_form(blocks: list[str]) -> bytes:
@@ -41,15 +38,3 @@ class ContentKind(DocumentKind):
             chunks.append(ChunkSpan(offset, offset + len(block), block_index=index))
             offset += len(block)
         return ParsedDocument("".join(blocks), chunks)
-
-    def upstream_source(self, parts: StoredParts) -> dict[str, Any]:
-        return {
-            "type": "content",
-            "content": [{"type": "text", "text": text} for text in parts.chunk_texts],
-        }
-
-    def locate(self, citation: dict[str, Any], index: DocumentIndex) -> tuple[int, int] | None:
-        first, end = citation.get("start_block_index"), citation.get("end_block_index")
-        if not isinstance(first, int) or not isinstance(end, int):
-            return None
-        return index.block_range(first, end)

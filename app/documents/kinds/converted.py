@@ -15,8 +15,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from app.documents.chunking import split_sentences
-from app.documents.index import DocumentIndex, resolve_char_offsets
-from app.documents.kinds.base import ChunkSpan, DocumentKind, ParsedDocument, StoredParts
+from app.documents.kinds.base import ChunkSpan, ParsedDocument, SentAsBlocks, SentAsText
 from app.errors import ErrorCode, InvalidDocument
 
 Block = tuple[str, dict[str, Any]]  # a block's text and its locator
@@ -66,32 +65,9 @@ def blocks_document(blocks: Iterable[Block], what: str) -> ParsedDocument:
     return ParsedDocument("".join(parts), chunks)
 
 
-class ConvertedTextKind(DocumentKind):
+class ConvertedTextKind(SentAsText):
     """A kind converted to text and sent as it: cited by character offsets."""
 
-    citation_type = "char_location"
 
-    def upstream_source(self, parts: StoredParts) -> dict[str, Any]:
-        # The stored (converted) text, never the original bytes: the offsets cite it.
-        return {"type": "text", "media_type": "text/plain", "data": parts.text}
-
-    def locate(self, citation: dict[str, Any], index: DocumentIndex) -> tuple[int, int] | None:
-        return resolve_char_offsets(citation, index)
-
-
-class BlocksKind(DocumentKind):
+class BlocksKind(SentAsBlocks):
     """A kind converted to blocks and sent as content blocks: cited by block index."""
-
-    citation_type = "content_block_location"
-
-    def upstream_source(self, parts: StoredParts) -> dict[str, Any]:
-        return {
-            "type": "content",
-            "content": [{"type": "text", "text": text} for text in parts.chunk_texts],
-        }
-
-    def locate(self, citation: dict[str, Any], index: DocumentIndex) -> tuple[int, int] | None:
-        first, end = citation.get("start_block_index"), citation.get("end_block_index")
-        if not isinstance(first, int) or not isinstance(end, int):
-            return None
-        return index.block_range(first, end)

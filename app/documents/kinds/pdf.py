@@ -32,6 +32,15 @@ class PdfKind(DocumentKind):
     sends_original = True
     serial = True  # PDFium does one call at a time in the process (app.documents.pdf)
 
+    # The upstream reads each page as its text and as an image.
+    IMAGE_TOKENS_PER_PAGE: ClassVar[int] = 1_500
+
+    def request_bytes(self, size_bytes: int, char_count: int) -> int:
+        return 4 * -(-size_bytes // 3)  # sent as base64
+
+    def estimated_tokens(self, char_count: int, page_count: int | None) -> int:
+        return char_count // 4 + (page_count or 0) * self.IMAGE_TOKENS_PER_PAGE
+
     def parse(self, data: bytes, options: ParseOptions = DEFAULT_PARSE_OPTIONS) -> ParsedDocument:
         try:
             extracted = extract_pdf_text(data)

@@ -11,14 +11,12 @@ import codecs
 from typing import Any, ClassVar
 
 from app.documents.chunking import split_sentences
-from app.documents.index import DocumentIndex, resolve_char_offsets
 from app.documents.kinds.base import (
     DEFAULT_PARSE_OPTIONS,
     ChunkSpan,
-    DocumentKind,
     ParsedDocument,
     ParseOptions,
-    StoredParts,
+    SentAsText,
 )
 from app.errors import ErrorCode, InvalidDocument
 
@@ -89,13 +87,12 @@ def charset_media_type(media_type: str, encoding: str) -> str | None:
     return f"{media_type}; charset={encoding}"
 
 
-class TextKind(DocumentKind):
+class TextKind(SentAsText):
     name = "text"
     media_type = "text/plain"
     extensions = (".txt", ".text", ".log")
     trusts_declared_text = True
     content_schema: ClassVar[dict[str, Any]] = {"type": "string"}
-    citation_type = "char_location"
 
     def parse(self, data: bytes, options: ParseOptions = DEFAULT_PARSE_OPTIONS) -> ParsedDocument:
         text, encoding = decode_text(data, options.charset)
@@ -105,10 +102,3 @@ class TextKind(DocumentKind):
         return ParsedDocument(
             text, chunks, media_type=charset_media_type(self.media_type, encoding)
         )
-
-    def upstream_source(self, parts: StoredParts) -> dict[str, Any]:
-        # The exact stored text, so the upstream's character offsets are offsets into ours.
-        return {"type": "text", "media_type": "text/plain", "data": parts.text}
-
-    def locate(self, citation: dict[str, Any], index: DocumentIndex) -> tuple[int, int] | None:
-        return resolve_char_offsets(citation, index)
