@@ -297,7 +297,6 @@ ASKED = (
     "round pegs in square holes",
     "Who wrote the two-column document and when?",
     "Was ist die Teilraumtopologie?",
-    "Wann heißt eine Überlagerung regulär?",
 )
 PDF_QUESTIONS = [q for q in QUESTIONS if q["question"] in ASKED]
 
