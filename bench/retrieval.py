@@ -141,6 +141,10 @@ async def _quality(session: AsyncSession, questions: list[Question], misses: boo
     for q in questions:
         assert loose(q.quote) in texts[q.document], f"quote not in {q.document}: {q.quote!r}"
     library = list(ids.values())
+    # Statistics, as autovacuum keeps them: PostgreSQL estimates how common words are from them.
+    await session.commit()
+    await session.execute(text("ANALYZE"))
+    await session.commit()
     ranks: list[int | None] = []
     started = time.perf_counter()
     for q in questions:
