@@ -191,7 +191,10 @@ async def match_counts(session: AsyncSession, terms: list[str], cap: int) -> lis
     if postgres:
         estimates = (await session.execute(_POSTGRES_MATCH_ESTIMATES, {"terms": terms})).all()
         if estimates:
-            return [min(cap, math.ceil(row[0] or 0)) for row in estimates]
+            # At least one: statistics older than the chunks (none counted yet) leave words in.
+            return [
+                0 if row[0] is None else min(cap, max(1, math.ceil(row[0]))) for row in estimates
+            ]
     counts = []
     for term in terms:
         if postgres:
