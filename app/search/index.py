@@ -30,8 +30,10 @@ from app.search.terms import fts5_match, tsquery
 FTS_TABLE = "chunk_search"
 VECTOR_COLUMN = "search_vector"
 VECTOR_INDEX = "ix_document_chunks_search_vector"
-# PostgreSQL: how many more chunks ``ts_rank`` shortlists than cover density ranks.
+# PostgreSQL: how many more chunks ``ts_rank`` shortlists than cover density ranks, and how
+# many matching chunks it ranks at most (twice app.search.service.MATCH_BUDGET).
 SHORTLIST_FACTOR = 4
+RANKED_AT_MOST = 4000
 
 # A search covers either some documents (a JSON array or an array parameter: one parameter
 # however many) or a collection. Each statement is written out whole: only parameters vary.
@@ -53,19 +55,25 @@ _SQLITE_RANKED_IN_COLLECTION = text(
 
 # The GIN index finds the matching chunks; the wanted documents are a join, not a filter the
 # planner may prefer to drive the scan with (it cannot tell how few of the documents' chunks
-# match). Cover density (``ts_rank_cd``) costs several times what ``ts_rank`` does a chunk, and
-# for a query of OR-ed words both mostly count the query's words in the chunk: ``ts_rank``
-# shortlists, and only the shortlist is ranked by cover density.
+# match). Every chunk ranked is a heap row read, so at most RANKED_AT_MOST of those in scope
+# are: more only when every word of the query is common (the service keeps the rarest word
+# however common), and then they rank about alike anyway. The CTEs are read only as far as
+# the LIMIT asks. Cover density (``ts_rank_cd``) costs several times what ``ts_rank`` does a
+# chunk, and for a query of OR-ed words both mostly count the query's words in the chunk:
+# ``ts_rank`` shortlists, and only the shortlist is ranked by cover density.
 _POSTGRES_RANKED = """
     WITH matching AS MATERIALIZED (
-        SELECT c.document_id, c.chunk_index, c.page_number, c.search_vector, q,
-               ts_rank(c.search_vector, q) AS rough
+        SELECT c.document_id, c.chunk_index, c.page_number, c.search_vector, q
         FROM document_chunks AS c, to_tsquery('english', :query) AS q
         WHERE c.search_vector @@ q AND c.tenant_id = :tenant_id
-    ), shortlist AS MATERIALIZED (
+    ), in_scope AS MATERIALIZED (
         SELECT m.document_id, m.chunk_index, m.page_number, m.search_vector, m.q
         FROM matching AS m JOIN {scope} USING (document_id)
-        ORDER BY m.rough DESC, m.document_id, m.chunk_index
+        LIMIT :ranked_at_most
+    ), shortlist AS MATERIALIZED (
+        SELECT document_id, chunk_index, page_number, search_vector, q
+        FROM in_scope
+        ORDER BY ts_rank(search_vector, q) DESC, document_id, chunk_index
         LIMIT :shortlist
     )
     SELECT document_id, chunk_index, page_number, ts_rank_cd(search_vector, q) AS score
@@ -220,6 +228,7 @@ async def ranked_chunks(
     if connection.dialect.name == "postgresql":
         parameters["query"] = tsquery(terms)
         parameters["shortlist"] = limit * SHORTLIST_FACTOR
+        parameters["ranked_at_most"] = max(RANKED_AT_MOST, parameters["shortlist"])
         if scope.collection_id is not None:
             statement = _POSTGRES_RANKED_IN_COLLECTION
         else:
