@@ -102,10 +102,10 @@ _POSTGRES_MATCH_COUNT = text(
 )
 # PostgreSQL's statistics of the column (kept by ANALYZE and autovacuum) hold its most common
 # lexemes and the share of chunks holding each. A lexeme not among them is rarer than the
-# rarest of them and taken to be half as common, as the planner takes it. Reading them costs
-# about a millisecond for all the terms; counting reads a row for every chunk counted, and
-# the table is larger than the buffers. A term whose words are all stop words matches
-# nothing (no lexeme: NULL). No row at all: the column has no statistics yet.
+# rarest of them and taken to be half as common, as the planner takes it. Reading them is one
+# catalogue lookup for all the terms, where counting reads a table row for every chunk
+# counted. A term whose words are all stop words matches nothing (no lexeme: NULL). No row at
+# all: the column has no statistics yet.
 _POSTGRES_MATCH_ESTIMATES = text(
     """
     WITH stats AS MATERIALIZED (

@@ -15,6 +15,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from app.collections.service import collection_document_ids
 from app.db.engine import run_in_session
 from app.db.models import DEFAULT_TENANT_ID
+from app.search.index import RANKED_AT_MOST
 from app.search.service import MATCH_BUDGET, search_passages
 from app.settings import Settings
 from tests.e2e.test_documents import all_chunks, assert_problem, upload
@@ -242,15 +243,27 @@ def test_a_word_in_more_chunks_than_a_search_ranks_leaves_the_ranking_to_rarer_o
         return str(search(client, query="alpha zebra", collection_id=collection)[0]["document_id"])
 
     assert first_found() == rare
-    # And once the database has statistics (PostgreSQL estimates how common words are from
-    # them), as autovacuum keeps them.
-    run_in_session(database_url, analyze)
-    assert first_found() == rare
-    assert search(client, query="alpha", collection_id=collection)[0]["document_id"] == crowd
-    # Statistics of an empty table, for the tests after this one.
-    for document in (crowd, rare):
-        assert client.delete(f"/v1/documents/{document}").status_code == 204
-    run_in_session(database_url, analyze)
+    try:
+        # And once the database has statistics (PostgreSQL estimates how common words are
+        # from them), as autovacuum keeps them.
+        run_in_session(database_url, analyze)
+        assert first_found() == rare
+        assert search(client, query="alpha", collection_id=collection)[0]["document_id"] == crowd
+    finally:
+        # Statistics of an empty table, for the tests after this one.
+        for document in (crowd, rare):
+            assert client.delete(f"/v1/documents/{document}").status_code == 204
+        run_in_session(database_url, analyze)
+
+
+def test_a_common_word_finds_its_chunks_in_scope_among_many_outside(client: httpx.Client) -> None:
+    # More chunks than PostgreSQL ranks at most match, all but one outside the collection.
+    outside = "".join(f"Alpha number {n} of many. " for n in range(RANKED_AT_MOST + 100))
+    upload(client, "outside.txt", outside.encode())
+    inside = upload(client, "inside.txt", b"Nothing here. One alpha, once.").json()["id"]
+    collection = add_collection(client, [inside])
+    found = search(client, query="alpha", collection_id=collection)
+    assert [p["document_id"] for p in found] == [inside]
 
 
 async def analyze(session: AsyncSession) -> None:
