@@ -20,6 +20,8 @@ from pathlib import Path
 import httpx
 from httpx_aiohttp import AiohttpTransport
 
+ROOT = Path(__file__).resolve().parents[1]
+
 
 def free_port() -> int:
     with socket.socket() as sock:
@@ -89,6 +91,8 @@ def running(database_url: str | None, fake_script: str | None, *fake_args: str) 
         CITEGATE_LOG_LEVEL="WARNING",
         CITEGATE_RATE_LIMIT_PER_MINUTE="0",
         CITEGATE_DATABASE_URL=database_url or f"sqlite+aiosqlite:///{workdir}/bench.db",
+        # The code of this checkout, even when the environment's install points at another.
+        PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
     )
     processes = []
     fake = None

@@ -3,6 +3,7 @@ over a large library. Prints figures; asserts nothing.
 
     .venv/bin/python bench/retrieval.py quality [--database-url URL] [--misses]
     .venv/bin/python bench/retrieval.py scale [--database-url URL] [--documents N] [--queries N]
+                                              [--reuse]
 
 quality: the documents of tests/fixtures (help-centre articles, the Amazon letter, sample PDFs)
 and the questions of bench/retrieval_questions.jsonl, each with the exact quote that answers it.
@@ -13,8 +14,11 @@ scale: N generated documents of 100 sentences (chunks) each, stored through the 
 in this process; ingestion once with the search index and once with it dropped (on the first
 --compare-documents documents, each into an empty database); then `citegate serve` on the
 full database answers searchPassages over one collection of all N documents, timed from the
-client, and its peak RSS is read. The database given (PostgreSQL: use one of your own) is
-emptied first.
+client; then passages answers over that collection (POST /v1/answers, retrieval mode
+"passages") against a fake Messages API that answers at once, each compared with the time the
+same Messages request (as Citegate sent it) takes at the fake alone; then Citegate's peak RSS is
+read. The database given (PostgreSQL: use one of your own) is emptied first, unless --reuse:
+then it is the library of an earlier run with the same --documents, searched again as it is.
 """
 
 from __future__ import annotations
@@ -34,7 +38,8 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import httpx
-from harness import peak_rss_mib, running
+import orjson
+from harness import Stack, peak_rss_mib, running
 from sqlalchemy import text
 from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -53,6 +58,7 @@ ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "tests" / "fixtures"
 QUESTIONS = Path(__file__).resolve().parent / "retrieval_questions.jsonl"
 MAX_BYTES = 64 * 1024 * 1024
+LIBRARY = "everything"  # the scale part's collection
 T = TypeVar("T")
 
 
@@ -135,6 +141,10 @@ async def _quality(session: AsyncSession, questions: list[Question], misses: boo
     for q in questions:
         assert loose(q.quote) in texts[q.document], f"quote not in {q.document}: {q.quote!r}"
     library = list(ids.values())
+    # Statistics, as autovacuum keeps them: PostgreSQL estimates how common words are from them.
+    await session.commit()
+    await session.execute(text("ANALYZE"))
+    await session.commit()
     ranks: list[int | None] = []
     started = time.perf_counter()
     for q in questions:
@@ -294,15 +304,12 @@ def percentile(values: list[float], fraction: float) -> float:
     return ordered[min(len(ordered) - 1, math.ceil(fraction * len(ordered)) - 1)]
 
 
-def scale(database_url: str | None, count: int, compare: int, queries: int) -> None:
-    maker = TextMaker()
-    started = time.perf_counter()
-    documents = [maker.document(100).encode() for _ in range(count)]
-    print(
-        f"scale: {count} documents of 100 chunks ({sum(map(len, documents)) / 1e6:.0f} MB), "
-        f"generated in {time.perf_counter() - started:.0f} s"
-    )
-    compare = min(compare, count)
+def build_library(
+    database_url: str | None, documents: list[bytes], compare: int
+) -> tuple[str, str]:
+    """The library ingested (timed with and without the index) into one collection: the
+    database's URL and the collection's id."""
+    compare = min(compare, len(documents))
     url = prepared(database_url, "without")
     drop_index(url)
     _, without = ingest(url, documents[:compare])
@@ -320,7 +327,7 @@ def scale(database_url: str | None, count: int, compare: int, queries: int) -> N
         print(f"ingestion of the other {len(rest)}: {len(rest) / with_rest:.0f}/s")
 
     async def collect(session: AsyncSession) -> str:
-        counted = await create_collection(session, DEFAULT_TENANT_ID, "everything", None, {})
+        counted = await create_collection(session, DEFAULT_TENANT_ID, LIBRARY, None, {})
         for start in range(0, len(ids), 1000):
             await add_documents(
                 session, DEFAULT_TENANT_ID, counted.collection.id, ids[start : start + 1000]
@@ -329,6 +336,36 @@ def scale(database_url: str | None, count: int, compare: int, queries: int) -> N
 
     collection_id = in_session(url, collect)
     settle(url)
+    return url, collection_id
+
+
+def library_of(url: str) -> str:
+    """The collection of an earlier run's library."""
+
+    async def find(session: AsyncSession) -> str:
+        found = await session.scalar(
+            text("SELECT id FROM collections WHERE name = :name"), {"name": LIBRARY}
+        )
+        assert found is not None, f"no collection {LIBRARY!r}: run without --reuse first"
+        return str(found)
+
+    return in_session(url, find)
+
+
+def scale(database_url: str | None, count: int, compare: int, queries: int, reuse: bool) -> None:
+    maker = TextMaker()
+    started = time.perf_counter()
+    documents = [maker.document(100).encode() for _ in range(count)]
+    print(
+        f"scale: {count} documents of 100 chunks ({sum(map(len, documents)) / 1e6:.0f} MB), "
+        f"generated in {time.perf_counter() - started:.0f} s"
+    )
+    if reuse:
+        assert database_url is not None, "--reuse needs --database-url"
+        url, collection_id = database_url, library_of(database_url)
+        print(f"database: {make_url(url).drivername}, the library of an earlier run")
+    else:
+        url, collection_id = build_library(database_url, documents, compare)
     rng = random.Random(5)
     asked = []
     for _ in range(queries):
@@ -336,46 +373,156 @@ def scale(database_url: str | None, count: int, compare: int, queries: int) -> N
         words = [w for w in sentence.lower().split() if w not in STOPWORDS]
         asked.append(" ".join(["what", "is", *rng.sample(words, min(3, len(words)))]))
     with (
-        running(url, None) as stack,
+        running(url, __file__) as stack,
         httpx.Client(base_url=stack.citegate, headers=stack.headers, timeout=60) as http,
     ):
-        body: dict[str, Any] = {"collection_id": collection_id, "limit": 10}
-        for query in asked[:20]:  # warm-up: connections, caches
-            http.post("/v1/search", json=body | {"query": query})
-        timings, found = [], 0
-        for query in asked:
-            began = time.perf_counter()
-            response = http.post("/v1/search", json=body | {"query": query})
-            timings.append(time.perf_counter() - began)
-            assert response.status_code == 200, response.text
-            found += bool(response.json()["data"])
+        measure_search(http, collection_id, asked, count * 100)
+        measure_passages_answers(http, stack, collection_id, asked)
         rss = peak_rss_mib(stack.pid)
-    chunks = count * 100
+    print(f"service peak RSS: {rss:.0f} MiB (target < 300)")
+
+
+def measure_search(http: httpx.Client, collection_id: str, asked: list[str], chunks: int) -> None:
+    body: dict[str, Any] = {"collection_id": collection_id, "limit": 10}
+    for query in asked[:20]:  # warm-up: connections, caches
+        http.post("/v1/search", json=body | {"query": query})
+    timings, found = [], 0
+    for query in asked:
+        began = time.perf_counter()
+        response = http.post("/v1/search", json=body | {"query": query})
+        timings.append(time.perf_counter() - began)
+        assert response.status_code == 200, response.text
+        found += bool(response.json()["data"])
     print(
-        f"searchPassages over a collection of {count} documents ({chunks} chunks), "
-        f"{queries} queries ({found} found passages): "
+        f"searchPassages over a collection of {chunks // 100} documents ({chunks} chunks), "
+        f"{len(asked)} queries ({found} found passages): "
         f"p50 {statistics.median(timings) * 1000:.1f} ms (target < 20), "
         f"p95 {percentile(timings, 0.95) * 1000:.1f} ms (target < 50), "
         f"max {max(timings) * 1000:.1f} ms"
     )
-    print(f"service peak RSS: {rss:.0f} MiB (target < 300)")
+
+
+def measure_passages_answers(
+    http: httpx.Client, stack: Stack, collection_id: str, asked: list[str]
+) -> None:
+    """Each question answered through Citegate, and its Messages request (as the fake received
+    it from Citegate) sent to the fake alone: the difference is what Citegate adds."""
+    assert stack.fake is not None
+    body: dict[str, Any] = {"collection_id": collection_id, "retrieval": {"mode": "passages"}}
+    sent = []
+    for question in asked:  # warm-up, and the request Citegate sends upstream for each
+        response = http.post("/v1/answers", json=body | {"question": question})
+        assert response.status_code == 200, response.text[:300]
+        sent.append(http.get(f"{stack.fake}/last").content)
+    cited = 0
+    through, alone = [], []
+    for question, request in zip(asked, sent, strict=True):
+        began = time.perf_counter()
+        response = http.post(f"{stack.fake}/v1/messages", content=request)
+        alone.append(time.perf_counter() - began)
+        assert response.status_code == 200, response.text[:300]
+        began = time.perf_counter()
+        response = http.post("/v1/answers", json=body | {"question": question})
+        through.append(time.perf_counter() - began)
+        assert response.status_code == 200, response.text[:300]
+        citations = [c for segment in response.json()["segments"] for c in segment["citations"]]
+        cited += any(c.get("verified") for c in citations)
+    passages = len(orjson.loads(sent[0])["messages"][-1]["content"]) - 1
+    print(
+        f"passages answers over that collection ({len(asked)} questions, {passages} passages "
+        f"sent for the first, {cited} answers with a verified citation): added "
+        f"p50 {(statistics.median(through) - statistics.median(alone)) * 1000:.1f} ms, "
+        f"p95 {(percentile(through, 0.95) - percentile(alone, 0.95)) * 1000:.1f} ms "
+        "(target < 50)\n"
+        f"  through Citegate: p50 {statistics.median(through) * 1000:.1f} ms, "
+        f"p95 {percentile(through, 0.95) * 1000:.1f} ms; the fake alone: "
+        f"p50 {statistics.median(alone) * 1000:.1f} ms, p95 {percentile(alone, 0.95) * 1000:.1f} ms"
+    )
+
+
+def fake_reply(request: dict[str, Any]) -> dict[str, Any]:
+    """An answer citing the first block of the first search result, as the real API would."""
+    results = [
+        block
+        for message in request["messages"]
+        if isinstance(message["content"], list)
+        for block in message["content"]
+        if block.get("type") == "search_result"
+    ]
+    content: list[dict[str, Any]] = [{"type": "text", "text": "According to the library, "}]
+    if results:
+        first = results[0]
+        citation = {
+            "type": "search_result_location",
+            "cited_text": first["content"][0]["text"],
+            "source": first["source"],
+            "title": first.get("title"),
+            "search_result_index": 0,
+            "start_block_index": 0,
+            "end_block_index": 1,
+        }
+        content.append({"type": "text", "text": "this.", "citations": [citation]})
+    return {
+        "id": "msg_bench",
+        "type": "message",
+        "role": "assistant",
+        "model": request["model"],
+        "content": content,
+        "stop_reason": "end_turn",
+        "usage": {"input_tokens": 10, "output_tokens": 30},
+    }
+
+
+def serve_fake(port: int) -> None:
+    """A Messages API that answers at once, and tells the last request it was sent."""
+    import uvicorn
+    from starlette.applications import Starlette
+    from starlette.requests import Request
+    from starlette.responses import Response
+    from starlette.routing import Route
+
+    last = [b"{}"]
+
+    async def messages(request: Request) -> Response:
+        last[0] = await request.body()
+        reply = orjson.dumps(fake_reply(orjson.loads(last[0])))
+        return Response(reply, media_type="application/json", headers={"request-id": "req_b"})
+
+    async def last_request(request: Request) -> Response:
+        return Response(last[0], media_type="application/json")
+
+    async def alive(request: Request) -> Response:
+        return Response(b"ok")
+
+    routes = [
+        Route("/v1/messages", messages, methods=["POST"]),
+        Route("/last", last_request),
+        Route("/", alive),
+    ]
+    uvicorn.run(Starlette(routes=routes), host="127.0.0.1", port=port, log_level="warning")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("part", choices=["quality", "scale"])
+    parser.add_argument("part", nargs="?", choices=["quality", "scale"])
     parser.add_argument("--database-url", help="default: a new SQLite file")
     parser.add_argument("--documents", type=int, default=10_000)
     parser.add_argument("--compare-documents", type=int, default=2_000)
     parser.add_argument("--queries", type=int, default=300)
     parser.add_argument("--misses", action="store_true", help="print the questions missed")
+    parser.add_argument("--reuse", action="store_true", help="search an earlier run's library")
+    parser.add_argument("--serve-fake", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
-    if args.part == "quality":
+    if args.serve_fake:
+        serve_fake(args.serve_fake)
+    elif args.part == "quality":
         quality(args.database_url, args.misses)
+    elif args.part == "scale":
+        scale(args.database_url, args.documents, args.compare_documents, args.queries, args.reuse)
     else:
-        scale(args.database_url, args.documents, args.compare_documents, args.queries)
+        parser.error("name a part: quality or scale")
 
 
 if __name__ == "__main__":

@@ -14,6 +14,7 @@ dialect): ``is_index_object`` tells Alembic's comparison to leave them alone.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -29,6 +30,10 @@ from app.search.terms import fts5_match, tsquery
 FTS_TABLE = "chunk_search"
 VECTOR_COLUMN = "search_vector"
 VECTOR_INDEX = "ix_document_chunks_search_vector"
+# PostgreSQL: how many more chunks ``ts_rank`` shortlists than cover density ranks, and how
+# many matching chunks it ranks at most (twice app.search.service.MATCH_BUDGET).
+SHORTLIST_FACTOR = 4
+RANKED_AT_MOST = 4000
 
 # A search covers either some documents (a JSON array or an array parameter: one parameter
 # however many) or a collection. Each statement is written out whole: only parameters vary.
@@ -48,18 +53,32 @@ _SQLITE_RANKED_IN_COLLECTION = text(
     )
 )
 
-# The GIN index finds the matching chunks, and only they are ranked; the wanted documents are
-# a join, not a filter the planner may prefer to drive the scan with (it cannot tell how few
-# of the documents' chunks match).
+# The GIN index finds the matching chunks; the wanted documents are a join, not a filter the
+# planner may prefer to drive the scan with (it cannot tell how few of the documents' chunks
+# match). Every chunk ranked is a heap row read, so at most RANKED_AT_MOST of those in scope
+# are: more only when every word of the query is common (the service keeps the rarest word
+# however common), and then they rank about alike anyway. The CTEs are read only as far as
+# the LIMIT asks. Cover density (``ts_rank_cd``) costs several times what ``ts_rank`` does a
+# chunk, and for a query of OR-ed words both mostly count the query's words in the chunk:
+# ``ts_rank`` shortlists, and only the shortlist is ranked by cover density.
 _POSTGRES_RANKED = """
     WITH matching AS MATERIALIZED (
         SELECT c.document_id, c.chunk_index, c.page_number, c.search_vector, q
         FROM document_chunks AS c, to_tsquery('english', :query) AS q
         WHERE c.search_vector @@ q AND c.tenant_id = :tenant_id
+    ), in_scope AS MATERIALIZED (
+        SELECT m.document_id, m.chunk_index, m.page_number, m.search_vector, m.q
+        FROM matching AS m JOIN {scope} USING (document_id)
+        LIMIT :ranked_at_most
+    ), shortlist AS MATERIALIZED (
+        SELECT document_id, chunk_index, page_number, search_vector, q
+        FROM in_scope
+        ORDER BY ts_rank(search_vector, q) DESC, document_id, chunk_index
+        LIMIT :shortlist
     )
-    SELECT m.document_id, m.chunk_index, m.page_number, ts_rank_cd(m.search_vector, m.q) AS score
-    FROM matching AS m JOIN {scope} USING (document_id)
-    ORDER BY score DESC, m.document_id, m.chunk_index
+    SELECT document_id, chunk_index, page_number, ts_rank_cd(search_vector, q) AS score
+    FROM shortlist
+    ORDER BY score DESC, document_id, chunk_index
     LIMIT :limit
 """
 _POSTGRES_RANKED_IN_DOCUMENTS = text(
@@ -81,6 +100,31 @@ _POSTGRES_MATCH_COUNT = text(
     "SELECT count(*) FROM (SELECT 1 FROM document_chunks "
     "WHERE search_vector @@ to_tsquery('english', :query) LIMIT :cap) AS matching"
 )
+# PostgreSQL's statistics of the column (kept by ANALYZE and autovacuum) hold its most common
+# lexemes and the share of chunks holding each. A lexeme not among them is rarer than the
+# rarest of them and taken to be half as common, as the planner takes it. Reading them is one
+# catalogue lookup for all the terms, where counting reads a table row for every chunk
+# counted. A term whose words are all stop words matches nothing (no lexeme: NULL). No row at
+# all: the column has no statistics yet.
+_POSTGRES_MATCH_ESTIMATES = text(
+    """
+    WITH stats AS MATERIALIZED (
+        SELECT most_common_elems::text::text[] AS lexemes, most_common_elem_freqs AS shares,
+               (SELECT reltuples FROM pg_class WHERE oid = 'document_chunks'::regclass) AS chunks
+        FROM pg_stats
+        WHERE schemaname = current_schema() AND tablename = 'document_chunks'
+          AND attname = 'search_vector' AND most_common_elems IS NOT NULL
+    )
+    SELECT (
+        SELECT min(coalesce(
+            s.shares[array_position(s.lexemes, lexeme)], s.shares[cardinality(s.lexemes) + 1] / 2
+        )) * s.chunks
+        FROM unnest(tsvector_to_array(to_tsvector('english', t.term))) AS lexeme
+    )
+    FROM stats AS s, unnest(:terms) WITH ORDINALITY AS t(term, position)
+    ORDER BY t.position
+    """
+).bindparams(bindparam("terms", type_=ARRAY(String)))
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,9 +192,17 @@ def is_index_object(name: str | None, type_: str) -> bool:
 
 
 async def match_counts(session: AsyncSession, terms: list[str], cap: int) -> list[int]:
-    """For each term, how many chunks (of any tenant) match it, counted up to ``cap``."""
+    """For each term, about how many chunks (of any tenant) match it, up to ``cap``: counted on
+    SQLite, estimated from the column's statistics on PostgreSQL (counted while it has none)."""
     connection = await session.connection()
     postgres = connection.dialect.name == "postgresql"
+    if postgres:
+        estimates = (await session.execute(_POSTGRES_MATCH_ESTIMATES, {"terms": terms})).all()
+        if estimates:
+            # At least one: statistics older than the chunks (none counted yet) leave words in.
+            return [
+                0 if row[0] is None else min(cap, max(1, math.ceil(row[0]))) for row in estimates
+            ]
     counts = []
     for term in terms:
         if postgres:
@@ -175,6 +227,8 @@ async def ranked_chunks(
         parameters["collection_id"] = scope.collection_id
     if connection.dialect.name == "postgresql":
         parameters["query"] = tsquery(terms)
+        parameters["shortlist"] = limit * SHORTLIST_FACTOR
+        parameters["ranked_at_most"] = max(RANKED_AT_MOST, parameters["shortlist"])
         if scope.collection_id is not None:
             statement = _POSTGRES_RANKED_IN_COLLECTION
         else:

@@ -9,11 +9,14 @@ from typing import Any
 
 import httpx
 import pytest
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.collections.service import collection_document_ids
 from app.db.engine import run_in_session
 from app.db.models import DEFAULT_TENANT_ID
-from app.search.service import search_passages
+from app.search.index import RANKED_AT_MOST
+from app.search.service import MATCH_BUDGET, search_passages
 from app.settings import Settings
 from tests.e2e.test_documents import all_chunks, assert_problem, upload
 
@@ -222,6 +225,50 @@ def test_a_deleted_document_is_never_retrieved(
         lambda session: collection_document_ids(session, DEFAULT_TENANT_ID, library["collection"]),
     )
     assert article not in ids and len(ids) == len(library) - 2
+
+
+def test_a_word_in_more_chunks_than_a_search_ranks_leaves_the_ranking_to_rarer_ones(
+    client: httpx.Client, database_url: str
+) -> None:
+    # Chunks full of "alpha" would outrank the one "zebra" if "alpha" were ranked by.
+    common = "".join(
+        f"Alpha alpha alpha, alpha number {n} of many. " for n in range(MATCH_BUDGET + 100)
+    )
+    crowd = upload(client, "alpha.txt", common.encode()).json()["id"]
+    rare = upload(client, "zebra.txt", b"Nothing here. A zebra crossed the road.").json()["id"]
+    assert len(all_chunks(client, crowd)) > MATCH_BUDGET
+    collection = add_collection(client, [crowd, rare])
+
+    def first_found() -> str:
+        return str(search(client, query="alpha zebra", collection_id=collection)[0]["document_id"])
+
+    assert first_found() == rare
+    try:
+        # And once the database has statistics (PostgreSQL estimates how common words are
+        # from them), as autovacuum keeps them.
+        run_in_session(database_url, analyze)
+        assert first_found() == rare
+        assert search(client, query="alpha", collection_id=collection)[0]["document_id"] == crowd
+    finally:
+        # Statistics of an empty table, for the tests after this one.
+        for document in (crowd, rare):
+            assert client.delete(f"/v1/documents/{document}").status_code == 204
+        run_in_session(database_url, analyze)
+
+
+def test_a_common_word_finds_its_chunks_in_scope_among_many_outside(client: httpx.Client) -> None:
+    # More chunks than PostgreSQL ranks at most match, all but one outside the collection.
+    outside = "".join(f"Alpha number {n} of many. " for n in range(RANKED_AT_MOST + 100))
+    upload(client, "outside.txt", outside.encode())
+    inside = upload(client, "inside.txt", b"Nothing here. One alpha, once.").json()["id"]
+    collection = add_collection(client, [inside])
+    found = search(client, query="alpha", collection_id=collection)
+    assert [p["document_id"] for p in found] == [inside]
+
+
+async def analyze(session: AsyncSession) -> None:
+    await session.execute(text("ANALYZE"))
+    await session.commit()
 
 
 def test_the_body_names_exactly_one_scope(client: httpx.Client, library: dict[str, str]) -> None:
