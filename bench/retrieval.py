@@ -32,7 +32,6 @@ import re
 import statistics
 import tempfile
 import time
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -46,7 +45,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.pool import NullPool
 
 from app.collections.service import add_documents, create_collection
-from app.db.engine import create_engine, create_session_factory
+from app.db.engine import create_engine, run_in_session
 from app.db.migrations import upgrade_to_head
 from app.db.models import DEFAULT_TENANT_ID
 from app.documents.service import DocumentFields, store_bytes
@@ -88,18 +87,6 @@ def prepared(given: str | None, name: str) -> str:
     url = fresh_url(given, name)
     upgrade_to_head(url)
     return url
-
-
-def in_session(url: str, work: Callable[[AsyncSession], Awaitable[T]]) -> T:
-    async def run() -> T:
-        engine = create_engine(url)
-        try:
-            async with create_session_factory(engine)() as session:
-                return await work(session)
-        finally:
-            await engine.dispose()
-
-    return asyncio.run(run())
 
 
 async def store(session: AsyncSession, data: bytes, title: str | None = None) -> str:
@@ -194,7 +181,7 @@ def quality(database_url: str | None, misses: bool) -> None:
     url = prepared(database_url, "quality")
     print(f"quality, database: {make_url(url).drivername}")
     questions = load_questions()
-    in_session(url, lambda session: _quality(session, questions, misses))
+    run_in_session(url, lambda session: _quality(session, questions, misses))
 
 
 # --- scale ---------------------------------------------------------------------------------
@@ -280,7 +267,7 @@ def ingest(url: str, documents: list[bytes], report_every: int = 0) -> tuple[lis
                 print(f"  {number} documents, {rate:.0f}/s", flush=True)
         return ids, time.perf_counter() - started
 
-    return in_session(url, work)
+    return run_in_session(url, work)
 
 
 def settle(url: str) -> None:
@@ -334,7 +321,7 @@ def build_library(
             )
         return counted.collection.id
 
-    collection_id = in_session(url, collect)
+    collection_id = run_in_session(url, collect)
     settle(url)
     return url, collection_id
 
@@ -349,7 +336,7 @@ def library_of(url: str) -> str:
         assert found is not None, f"no collection {LIBRARY!r}: run without --reuse first"
         return str(found)
 
-    return in_session(url, find)
+    return run_in_session(url, find)
 
 
 def scale(database_url: str | None, count: int, compare: int, queries: int, reuse: bool) -> None:
