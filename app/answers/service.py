@@ -18,7 +18,7 @@ from sqlalchemy import insert
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from app.answers.citations import build_segments
-from app.answers.prompt import Turn, build_message_request, passage_blocks
+from app.answers.prompt import Turn, assistant_blocks, build_message_request, passage_blocks
 from app.answers.schemas import AnswerRequest, Retrieval
 from app.answers.streaming import AnswerStream, Event
 from app.auth.keys import Principal
@@ -131,10 +131,13 @@ async def _prepare(
     try:
         history: list[Turn] = []
         if conversation is not None:
+            # The turns the request replays: completed ones with text to send back (the
+            # upstream refuses an empty assistant turn). Their passages are sent again in order,
+            # so they are also what this answer's search_result_index counts over.
             history = [
                 Turn(answer.question, answer.segments, passages_asked(answer.retrieval))
                 for answer in await conversations.answers_of(session, conversation.id)
-                if answer.status == "completed"
+                if answer.status == "completed" and assistant_blocks(answer.segments)
             ]
         mode, sources, passages = await _ground(session, tenant_id, body.question, target, context)
         # End the read transaction: no connection is held while the upstream answers.

@@ -373,3 +373,25 @@ def test_a_question_is_words_never_query_syntax(
         json={"question": question, "collection_id": collection_id, "retrieval": passages},
     )
     assert response.status_code == 200, response.text
+
+
+def test_a_turn_with_nothing_to_send_back_is_left_out_with_its_passages(
+    api: httpx.Client, fake: FakeUpstream
+) -> None:
+    """A completed answer with no text is not replayed (the upstream refuses an empty assistant
+    turn); its passages are not sent again either, so the next answer's indices count without
+    them."""
+    grass = text_document(api, GRASS, "Colours")
+    collection_id = collection_of(api, grass)
+    conversation = api.post("/v1/conversations", json={"collection_id": collection_id}).json()
+    ask = {"conversation_id": conversation["id"], "question": "What colour is the grass?"}
+    fake.reset(Reply(body=message([])))
+    empty = api.post("/v1/answers", json=ask).json()
+    assert empty["status"] == "completed" and empty["text"] == ""
+    fake.reset(Reply(body=message(answer_citing(cited(0, "The grass is green. ")))))
+    second = api.post("/v1/answers", json=ask).json()
+    (turn,) = fake.requests[-1].body["messages"]  # nothing earlier is replayed
+    assert len(search_results({"messages": [turn]})) == len(second["retrieval"]["passages"])
+    assert second["retrieval"]["first_new_passage"] == 0
+    (citation,) = second["segments"][1]["citations"]
+    assert citation["document_id"] == grass and citation["verified"] is True
