@@ -125,8 +125,8 @@ def assistant_blocks(segments: Sequence[dict[str, Any]]) -> list[dict[str, Any]]
     """An earlier answer as assistant text blocks that carry their citations."""
     blocks = []
     for segment in segments:
-        if not segment["text"]:
-            continue  # the API refuses empty text blocks
+        if not segment["text"].strip():
+            continue  # the API refuses empty and whitespace-only text blocks
         block: dict[str, Any] = {"type": "text", "text": segment["text"]}
         citations = [p for c in segment["citations"] if (p := citation_param(c)) is not None]
         if citations:

@@ -183,8 +183,8 @@ async def _ground(
     what is sent."""
     settings = context.settings
     limits = request_limits(settings, budget=target.mode == "auto")
-    # A collection's scans are no reason to refuse a question: they have nothing to cite.
-    skip = target.collection_id is not None
+    # A collection's scans, or a document deleted meanwhile, are no reason to refuse a question.
+    from_collection = target.collection_id is not None
     fits_by_count = len(target.document_ids) <= limits.documents
     if target.mode == "documents" or (target.mode == "auto" and fits_by_count):
         try:
@@ -194,7 +194,7 @@ async def _ground(
                 target.document_ids,
                 context.sources,
                 limits,
-                skip_uncitable=skip,
+                from_collection=from_collection,
             )
             return "documents", sources, []
         except DocumentsTooLarge:

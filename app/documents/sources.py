@@ -202,17 +202,20 @@ async def load_sources(
     cache: SourceCache,
     limits: RequestLimits,
     *,
-    skip_uncitable: bool = False,
+    from_collection: bool = False,
 ) -> list[SourceDocument]:
     """The tenant's documents in the order asked, ready to send whole: 404 for any other id,
-    422 for one with nothing to cite (unless ``skip_uncitable``: then it is left out) and
-    ``DocumentsTooLarge`` when they do not fit one request within ``limits``."""
+    422 for one with nothing to cite and ``DocumentsTooLarge`` when they do not fit one
+    request within ``limits``. Ids read from a collection (``from_collection``): one deleted
+    since, or with nothing to cite, is left out rather than refused."""
+    # More documents than a request takes is known before any is read.
+    limits.check(RequestCost(documents=len(document_ids)))
     if (recent := cache.recent(tenant_id, document_ids)) is not None:
         _check_unique(document_ids)
         limits.check(sum((source.cost for source in recent), RequestCost()))
         return recent
     asked = cache.now()
-    documents = await describe(session, tenant_id, document_ids, skip_uncitable=skip_uncitable)
+    documents = await describe(session, tenant_id, document_ids, from_collection=from_collection)
     limits.check(
         sum(
             (
@@ -234,22 +237,24 @@ async def describe(
     tenant_id: str,
     document_ids: Sequence[str],
     *,
-    skip_uncitable: bool = False,
+    from_collection: bool = False,
 ) -> list[Described]:
     """The tenant's documents' descriptions, in the order asked: 404 for any other id, 422 for
-    one with nothing to cite unless ``skip_uncitable`` (then it is left out)."""
+    one with nothing to cite; with ``from_collection``, those are left out instead."""
     _check_unique(document_ids)
     rows = await session.execute(_DOCUMENTS, {"tenant_id": tenant_id, "ids": document_ids})
     found = {document.id: document for document in rows}
     documents = []
     for document_id in document_ids:
         if document_id not in found:
+            if from_collection:
+                continue  # deleted since the collection was read
             raise NotFound(
                 f"No document with id {document_id!r}.", code=ErrorCode.DOCUMENT_NOT_FOUND
             )
         document = found[document_id]
         if not document.citable:
-            if skip_uncitable:
+            if from_collection:
                 continue
             raise InvalidRequest(
                 f"Document {document_id!r} has no text to cite ({', '.join(document.warnings)}).",

@@ -7,6 +7,7 @@ import pytest
 from app.answers.prompt import (
     PromptDocument,
     Turn,
+    assistant_blocks,
     build_message_request,
     cache_breakpoints,
     passage_blocks,
@@ -131,3 +132,10 @@ def test_earlier_passages_are_sent_again_where_they_were() -> None:
         if "cache_control" in block
     ]
     assert len(controls) == 2
+
+
+def test_blank_segments_are_not_sent_back() -> None:
+    """The upstream refuses empty and whitespace-only text blocks in any turn."""
+    segments = [{"text": "\n\n", "citations": []}, {"text": "Green.", "citations": []}]
+    assert assistant_blocks(segments) == [{"type": "text", "text": "Green."}]
+    assert assistant_blocks([{"text": " ", "citations": []}]) == []
