@@ -13,7 +13,7 @@ from __future__ import annotations
 import io
 import re
 import zipfile
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from app.documents.kinds.base import DocumentKind, ParseOptions
 from app.errors import ErrorCode, InvalidDocument
@@ -100,6 +100,7 @@ def open_package(data: bytes, options: ParseOptions) -> io.BytesIO:
 class OfficeKind(DocumentKind):
     """A kind whose files are Office Open XML packages of one family."""
 
+    content_schema: ClassVar[dict[str, Any]] = {"type": "string", "format": "binary"}
     main_content_types: ClassVar[dict[str, str]]
     """The main part's content type of each form (plain, macro-enabled, template), with the
     media type its original bytes are served with."""

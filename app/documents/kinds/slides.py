@@ -53,7 +53,6 @@ class SlidesKind(OfficeKind, BlocksKind):
     media_type = _PPTX
     hint_media_types = (_PPTM,)
     extensions = (".pptx", ".pptm", ".potx", ".ppsx")
-    content_schema: ClassVar[dict[str, Any]] = {"type": "string", "format": "binary"}
     main_content_types: ClassVar[dict[str, str]] = {
         "application/vnd.openxmlformats-officedocument.presentationml.presentation.main+xml": _PPTX,
         "application/vnd.openxmlformats-officedocument.presentationml.slideshow.main+xml": _PPTX,

@@ -27,7 +27,6 @@ from app.errors import ErrorCode, InvalidDocument
 
 _XLSX = "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet"
 _XLSM = "application/vnd.ms-excel.sheet.macroEnabled.12"
-_CONTENT_SCHEMA: dict[str, Any] = {"type": "string", "format": "binary"}
 
 
 def _no_rows(what: str) -> InvalidDocument:
@@ -129,7 +128,6 @@ class WorkbookKind(OfficeKind, BlocksKind):
     media_type = _XLSX
     hint_media_types = (_XLSM,)
     extensions = (".xlsx", ".xlsm", ".xltx", ".xltm")
-    content_schema: ClassVar[dict[str, Any]] = _CONTENT_SCHEMA
     main_content_types: ClassVar[dict[str, str]] = {
         "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet.main+xml": _XLSX,
         "application/vnd.openxmlformats-officedocument.spreadsheetml.template.main+xml": _XLSX,

@@ -37,7 +37,6 @@ class WordKind(OfficeKind, ConvertedTextKind):
     media_type = _DOCX
     hint_media_types = (_DOCM,)
     extensions = (".docx", ".docm", ".dotx", ".dotm")
-    content_schema: ClassVar[dict[str, Any]] = {"type": "string", "format": "binary"}
     main_content_types: ClassVar[dict[str, str]] = {
         "application/vnd.openxmlformats-officedocument.wordprocessingml.document.main+xml": _DOCX,
         "application/vnd.openxmlformats-officedocument.wordprocessingml.template.main+xml": _DOCX,
