@@ -99,6 +99,20 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     return app
 
 
+def create_worker_app() -> FastAPI:
+    """The app of one worker process of ``citegate serve --workers N``, set up as the one
+    process of ``citegate serve`` is: settings from the environment, JSON logs, streams that
+    finish within the graceful timeout on SIGTERM."""
+    from sse_starlette.sse import AppStatus
+
+    from app.observability import configure_logging
+
+    AppStatus.disable_automatic_graceful_drain()  # type: ignore[no-untyped-call]
+    settings = Settings()
+    configure_logging(settings.log_level)
+    return create_app(settings)
+
+
 async def _check_auth(app: FastAPI, settings: Settings) -> None:
     """Ensure the bootstrap key; refuse to start open when auth is required."""
     async with app.state.sessions() as session:
