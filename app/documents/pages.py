@@ -23,7 +23,6 @@ from dataclasses import dataclass, field
 import pypdfium2 as pdfium
 import pypdfium2.raw as pdfium_c
 from cachetools import LRUCache
-from PIL import Image
 
 from app.documents.pdf import PDFIUM_LOCK, storable_text
 
