@@ -5,20 +5,17 @@ from __future__ import annotations
 
 import asyncio
 import io
-from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
 
 import httpx
 import pypdfium2 as pdfium
-import pytest
 from PIL import Image
 from sqlalchemy import update
 from sqlalchemy.pool import NullPool
 
 from app.db.engine import create_engine
 from app.db.models import Answer, AnswerShareLink, utcnow
-from tests.conftest import Served
 from tests.e2e.test_documents import assert_problem
 from tests.fixture_files import CORPUS
 
@@ -185,7 +182,7 @@ def test_share_links_expire_and_go_with_their_answer(
         assert anyone.get(f"{url}/documents/{other['id']}/text").status_code == 404
         assert anyone.get(url + "x").status_code == 404
         assert_problem(
-            client.post(f"/v1/answers/ans_nope/share-links", json={}), 404, "answer_not_found"
+            client.post("/v1/answers/ans_nope/share-links", json={}), 404, "answer_not_found"
         )
         assert_problem(
             client.post(f"/v1/answers/{answer['id']}/share-links", json={"expires_in": 1}),

@@ -11,6 +11,7 @@ from typing import Any
 import httpx
 import pytest
 from PIL import Image
+from playwright import sync_api as playwright
 
 from tests.e2e.test_seeing import (
     QUESTION,
@@ -23,7 +24,6 @@ from tests.e2e.test_seeing import (
     _text,
 )
 
-playwright = pytest.importorskip("playwright.sync_api")
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 
 
