@@ -14,6 +14,7 @@ from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.db.models import Document, DocumentBlob
+from app.documents.kinds import kind_named
 from app.documents.pages import PdfPages, PdfUnavailable
 from app.documents.service import get_document
 from app.errors import ErrorCode, InvalidRequest, NotFound
@@ -36,7 +37,7 @@ async def page_image(
 ) -> bytes:
     """Page ``page`` of the PDF as a PNG ``width`` pixels wide: 404 ``page_not_found`` past
     its last page, 422 ``document_not_pdf`` for any other kind."""
-    if document.kind != "pdf":
+    if not kind_named(document.kind).has_page_images:
         raise InvalidRequest(
             f"Document {document.id!r} is a {document.kind} document; only PDF pages are pictures.",
             code=ErrorCode.DOCUMENT_NOT_PDF,

@@ -15,6 +15,7 @@ from typing import Any
 import orjson
 
 from app.db.models import Document
+from app.documents.kinds import kind_named
 
 PAGE_HEADERS = {
     "Content-Security-Policy": "default-src 'none'; script-src 'self'; style-src 'self'; "
@@ -49,7 +50,7 @@ def _citation_data(
         "n": number,
         "document_id": document.id if document else None,
         "title": _title(citation, document),
-        "kind": document.kind if document else None,
+        "pages": kind_named(document.kind).has_page_images if document else False,
         "verified": bool(citation.get("verified")),
         "cited_text": str(citation.get("cited_text") or ""),
         "span": None

@@ -76,7 +76,7 @@
     viewer.append(element("blockquote", "", citation.cited_text));
     if (!citation.span || !citation.document_id) {
       viewer.append(element("p", "", "This passage could not be located in the document."));
-    } else if (citation.kind === "pdf") {
+    } else if (citation.pages) {
       showPages(citation);
     } else {
       showText(citation).catch(() => {
