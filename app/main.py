@@ -12,7 +12,7 @@ import httpx
 from fastapi import Depends, FastAPI
 
 from app.answers.service import AnswerContext
-from app.api import answers, collections, conversations, health, search
+from app.api import answers, collections, conversations, health, search, seeing
 from app.api.body_limit import DeclaredLengthLimit
 from app.api.deps import require_principal
 from app.api.documents import documents_router
@@ -20,6 +20,7 @@ from app.api.request_id import RequestIdMiddleware
 from app.auth import keys
 from app.auth.limits import KeyLimits
 from app.db.engine import create_engine, create_session_factory
+from app.documents.pages import PdfPages
 from app.documents.sources import SourceCache
 from app.errors import install_error_handlers
 from app.local_engine import create_local_engine_app
@@ -59,6 +60,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             engine=engine,
             sessions=app.state.sessions,
             metrics=metrics,
+            pages=app.state.pdf_pages,
         )
         # What start-up made lives as long as the process: keep it out of every GC pass.
         gc.freeze()
@@ -83,6 +85,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.metrics = metrics
     app.state.key_limits = KeyLimits(settings, metrics)
     app.state.key_cache = keys.KeyCache(settings.recheck_seconds)
+    app.state.pdf_pages = PdfPages()
     app.state.source_cache = SourceCache(settings.source_cache_chars, settings.recheck_seconds)
     install_error_handlers(app)
     app.add_middleware(DeclaredLengthLimit, settings=settings)
@@ -96,6 +99,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(conversations.router, dependencies=authenticated)
     app.include_router(collections.router, dependencies=authenticated)
     app.include_router(search.router, dependencies=authenticated)
+    app.include_router(seeing.api, dependencies=authenticated)
+    app.include_router(seeing.public)
     return app
 
 
