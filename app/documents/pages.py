@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import ctypes
 import difflib
-import io
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -25,6 +24,7 @@ import pypdfium2.raw as pdfium_c
 from cachetools import LRUCache
 
 from app.documents.pdf import PDFIUM_LOCK, storable_text
+from app.documents.png import encode_png
 
 # A rectangle in PDF user space: left, bottom, right, top (points, y upwards).
 Rect = tuple[float, float, float, float]
@@ -156,9 +156,7 @@ class PdfPages:
             finally:
                 pdf_page.close()
         # Encoding the PNG needs no PDFium: other threads may render meanwhile.
-        buffer = io.BytesIO()
-        picture.convert("RGB").save(buffer, format="PNG", compress_level=1)
-        png = buffer.getvalue()
+        png = encode_png(picture)
         with PDFIUM_LOCK:
             self._images[(key, page, width)] = png
         return png
