@@ -26,7 +26,7 @@ time. Here the client is native and the baseline is the fake answering the same 
 what remains is the server's own cost, CPU per request being the figure least moved by noise.
 
     .venv/bin/python bench/overhead.py [--requests 2000] [--repetitions 3] [--concurrency 1 32]
-        [--database-url URL] [--workers N] [--soak 20000]
+        [--mode json|stream|both] [--database-url URL] [--workers N] [--soak 20000]
 """
 
 from __future__ import annotations
@@ -330,7 +330,7 @@ def measure(args: argparse.Namespace, stack: Stack, forwarder: str, forwarder_pi
     database = stack.database.startswith("postgresql")
     with tempfile.TemporaryDirectory() as tmp:
         workdir = Path(tmp)
-        for stream in (False, True):
+        for stream in {"json": (False,), "stream": (True,), "both": (False, True)}[args.mode]:
             fake, bare, citegate = targets(stack, forwarder, forwarder_pid, workdir, stream)
             for target in (fake, bare, citegate):  # warm up
                 hey(target, 200, 8, False)
@@ -390,6 +390,7 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 32])
     parser.add_argument("--database-url", help="default: a new SQLite file")
     parser.add_argument("--workers", type=int, default=1)
+    parser.add_argument("--mode", choices=("json", "stream", "both"), default="both")
     parser.add_argument("--soak", type=int, help="instead: this many answers, RSS as they go")
     parser.add_argument("--serve-fake", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
