@@ -94,6 +94,9 @@ def serve(
             create_app(settings) if workers == 1 else "app.main:create_worker_app",
             factory=workers > 1,  # each worker builds its own app from the same environment
             workers=workers,
+            # A worker answers the supervisor's pings only between imports: on a loaded machine
+            # starting one takes longer than uvicorn's 5 s, and it would be restarted forever.
+            timeout_worker_healthcheck=60,
             host=host,
             port=port,
             proxy_headers=proxy_headers,
