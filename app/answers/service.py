@@ -7,7 +7,7 @@ and build segments with ``build_segments``, so the same question gives the same 
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping, Sequence
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -425,8 +425,9 @@ class RelayedAnswer:
         self.failure: CitegateError | None = None  # why ``frames`` ended early, if it did
 
     @property
-    def id(self) -> str:
-        return self._prepared.id
+    def request_id(self) -> str | None:
+        """The upstream's request id."""
+        return self._request_id
 
     async def close(self, status: str = "cancelled") -> Answer | None:
         """Store what arrived with this status; None when it was closed before."""
@@ -495,7 +496,7 @@ class RelayedAnswer:
         elif stored is not None:
             yield ("answer.done", answer_payload(stored))
 
-    async def frames(self) -> AsyncIterator[tuple[Frame, list[Event]]]:
+    async def frames(self) -> AsyncGenerator[tuple[Frame, list[Event]], None]:
         """The upstream's events as it sent them, pings and an error event included, each
         with the Citegate events made of it. The answer is stored when they end: completed;
         failed after an error event, or when the stream broke (``failure`` then says why);
@@ -590,15 +591,15 @@ async def _store(
 
 def system_text(system: Any) -> str | None:
     """A request's ``system`` as an answer stores it: its text, also when given as blocks."""
-    if system is None or isinstance(system, str):
-        return system
     if isinstance(system, list):
-        return "".join(
+        system = "".join(
             str(block.get("text") or "")
             for block in system
             if isinstance(block, dict) and block.get("type") == "text"
         )
-    return None
+    if not isinstance(system, str):
+        return None
+    return system.replace("\x00", "\ufffd")  # PostgreSQL text holds no NUL
 
 
 async def get_answer(session: AsyncSession, tenant_id: str, answer_id: str) -> Answer:
