@@ -149,6 +149,10 @@ def test_messages_over_files_cite_verified_spans(
     ).json()
     assert counted.input_tokens == v1["input_tokens"] > 0
 
+    # The same metrics as /v1: requests by route, the upstream's tokens.
+    metrics = httpx.get(f"{served.base_url}/metrics").text
+    assert 'route="/anthropic/v1/messages",status="200"' in metrics
+
 
 def test_errors_are_the_sdks_own(client: httpx.Client, served: Served, database_url: str) -> None:
     _, key = make_key(database_url, "compat-a")
