@@ -41,7 +41,7 @@ class _CountTokensParams(BaseModel):
 
 
 class _CreateMessageParams(_CountTokensParams):
-    max_tokens: int = Field(ge=1)
+    max_tokens: int = Field(ge=1, lt=2**31)  # the stored answer's column is an integer
 
 
 class InvalidBody(ValueError):
