@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import base64
 import json
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -391,3 +392,37 @@ def test_upstream_errors_pass_through_with_their_type_and_request_id(
             stream.get_final_message()
     stored = httpx.get(f"{upstream.base_url}/v1/answers/{answer_id}").json()
     assert stored["status"] == "failed"
+
+
+def test_a_stream_cut_off_upstream_ends_with_an_error_event(
+    client: httpx.Client, upstream: ServedApp, fake: FakeUpstream
+) -> None:
+    fake.reset(Reply(events=sse_message(GRASS_ANSWER)[:7], drop=True))
+    body = {"model": "m", "max_tokens": 10, "stream": True, "messages": ask()}
+    with httpx.stream("POST", f"{upstream.base_url}/anthropic/v1/messages", json=body) as response:
+        assert response.status_code == 200
+        answer_id = response.headers["citegate-answer-id"]
+        lines = [line for line in response.iter_lines() if line]
+    assert lines[-2] == "event: error"
+    assert json.loads(lines[-1].removeprefix("data: "))["error"]["type"] == "api_error"
+    stored = httpx.get(f"{upstream.base_url}/v1/answers/{answer_id}").json()
+    assert stored["status"] == "failed"
+
+
+def test_a_client_going_away_stops_the_upstream_and_stores_cancelled(
+    client: httpx.Client, upstream: ServedApp, fake: FakeUpstream
+) -> None:
+    events = sse_message(GRASS_ANSWER)
+    fake.reset(Reply(events=[*events[:6], *[sse("ping", {"type": "ping"})] * 100], pause=0.1))
+    with sdk(upstream.base_url) as api:
+        with api.messages.stream(model="m", max_tokens=10, messages=ask()) as stream:
+            answer_id = stream.response.headers["citegate-answer-id"]
+            next(iter(stream))  # message_start; then the client leaves
+        fake_closed = fake.stream_closed
+        for _ in range(100):
+            stored = httpx.get(f"{upstream.base_url}/v1/answers/{answer_id}")
+            if stored.status_code == 200 and fake_closed.is_set():
+                break
+            time.sleep(0.05)
+    assert fake_closed.is_set() and not fake.stream_finished  # long before its 10 s of pings
+    assert stored.json()["status"] == "cancelled"
