@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import logging
+import os
+import shutil
+import tempfile
 from collections.abc import Awaitable, Callable
 from typing import Annotated, TypeVar
 
@@ -14,7 +18,7 @@ from app.db.engine import run_in_session
 from app.db.migrations import upgrade_to_head
 from app.errors import NotFound
 from app.main import create_app
-from app.observability import configure_logging
+from app.observability import MULTIPROCESS_DIR, configure_logging
 from app.settings import Settings
 
 cli = typer.Typer(help="Citegate: cited answers over your documents.", no_args_is_help=True)
@@ -55,6 +59,14 @@ def serve(
             "finish for at most this many seconds, cancel the rest, then exit 0.",
         ),
     ] = 30,
+    workers: Annotated[
+        int,
+        typer.Option(
+            min=1,
+            help="Worker processes sharing the port. With more than one, /metrics adds up all "
+            "workers' figures, and rate limits count per worker unless CITEGATE_REDIS_URL is set.",
+        ),
+    ] = 1,
 ) -> None:
     """Apply the migrations, then serve the API."""
     import signal
@@ -71,12 +83,17 @@ def serve(
         raise SystemExit(0)
 
     previous = signal.signal(signal.SIGTERM, exit_cleanly)
+    metrics_dir = None
     try:
         settings = Settings()
         configure_logging(settings.log_level)
         upgrade_to_head(settings.database_url)
+        if workers > 1:
+            metrics_dir = _prepare_workers(settings)
         uvicorn.run(
-            create_app(settings),
+            create_app(settings) if workers == 1 else "app.main:create_worker_app",
+            factory=workers > 1,  # each worker builds its own app from the same environment
+            workers=workers,
             host=host,
             port=port,
             proxy_headers=proxy_headers,
@@ -87,6 +104,21 @@ def serve(
         )
     finally:
         signal.signal(signal.SIGTERM, previous)
+        if metrics_dir is not None:
+            shutil.rmtree(metrics_dir, ignore_errors=True)
+
+
+def _prepare_workers(settings: Settings) -> str | None:
+    """Workers are separate processes: their metrics meet in a directory that /metrics reads.
+    Returns the directory when it was made here (to remove at exit)."""
+    made = None
+    if not os.environ.get(MULTIPROCESS_DIR):
+        made = os.environ[MULTIPROCESS_DIR] = tempfile.mkdtemp(prefix="citegate-metrics-")
+    if settings.rate_limit_per_minute and settings.redis_url is None:
+        logging.getLogger(__name__).warning(
+            "several workers and no CITEGATE_REDIS_URL: each worker counts rate limits alone"
+        )
+    return made
 
 
 @cli.command("local-engine")

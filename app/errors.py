@@ -161,6 +161,9 @@ class ErrorCode(StrEnum):
         "a spreadsheet with more rows than `CITEGATE_MAX_SHEET_ROWS`",
     )
     SPREADSHEET_INVALID = "spreadsheet_invalid", 422, "a CSV or TSV that cannot be read"
+    # Seeing a citation
+    PAGE_NOT_FOUND = "page_not_found", 404, "a page number past the PDF's last page"
+    DOCUMENT_NOT_PDF = "document_not_pdf", 422, "a page image of a document that is not a PDF"
     # Answers and conversations
     ANSWER_NOT_FOUND = "answer_not_found", 404, "an unknown answer id"
     CONVERSATION_NOT_FOUND = (

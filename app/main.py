@@ -12,7 +12,7 @@ import httpx
 from fastapi import Depends, FastAPI
 
 from app.answers.service import AnswerContext
-from app.api import answers, anthropic, collections, conversations, health, search
+from app.api import answers, anthropic, collections, conversations, health, search, seeing
 from app.api.body_limit import DeclaredLengthLimit
 from app.api.deps import require_principal
 from app.api.documents import documents_router
@@ -21,6 +21,7 @@ from app.auth import keys
 from app.auth.limits import KeyLimits
 from app.compat import errors as compat_errors
 from app.db.engine import create_engine, create_session_factory
+from app.documents.pages import PdfPages
 from app.documents.sources import SourceCache
 from app.errors import ErrorRendering, install_error_handlers
 from app.local_engine import create_local_engine_app
@@ -60,6 +61,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             engine=engine,
             sessions=app.state.sessions,
             metrics=metrics,
+            pages=app.state.pdf_pages,
         )
         # What start-up made lives as long as the process: keep it out of every GC pass.
         gc.freeze()
@@ -84,6 +86,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.metrics = metrics
     app.state.key_limits = KeyLimits(settings, metrics)
     app.state.key_cache = keys.KeyCache(settings.recheck_seconds)
+    app.state.pdf_pages = PdfPages()
     app.state.source_cache = SourceCache(settings.source_cache_chars, settings.recheck_seconds)
     rendering = ErrorRendering({compat_errors.PREFIX: compat_errors.render_messages_error})
     install_error_handlers(app, rendering)
@@ -98,8 +101,24 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(conversations.router, dependencies=authenticated)
     app.include_router(collections.router, dependencies=authenticated)
     app.include_router(search.router, dependencies=authenticated)
+    app.include_router(seeing.api, dependencies=authenticated)
+    app.include_router(seeing.public)
     app.include_router(anthropic.router)  # its routes authenticate as the Messages API does
     return app
+
+
+def create_worker_app() -> FastAPI:
+    """The app of one worker process of ``citegate serve --workers N``, set up as the one
+    process of ``citegate serve`` is: settings from the environment, JSON logs, streams that
+    finish within the graceful timeout on SIGTERM."""
+    from sse_starlette.sse import AppStatus
+
+    from app.observability import configure_logging
+
+    AppStatus.disable_automatic_graceful_drain()  # type: ignore[no-untyped-call]
+    settings = Settings()
+    configure_logging(settings.log_level)
+    return create_app(settings)
 
 
 async def _check_auth(app: FastAPI, settings: Settings) -> None:

@@ -9,17 +9,23 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import time
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.multiprocess import MultiProcessCollector
 from pythonjsonlogger.json import JsonFormatter
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 request_log = logging.getLogger("citegate.request")
+
+# prometheus_client's own variable: set (by `citegate serve --workers N`) before it is imported,
+# every process writes its figures to files there, and /metrics adds them up.
+MULTIPROCESS_DIR = "PROMETHEUS_MULTIPROC_DIR"
 
 _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
 
@@ -134,7 +140,11 @@ class Metrics:
             self.tokens.labels(kind).inc(usage.get(usage_field, 0))
 
     def response(self) -> Response:
-        return Response(generate_latest(self.registry), media_type="text/plain; version=0.0.4")
+        registry = self.registry
+        if os.environ.get(MULTIPROCESS_DIR):  # `citegate serve --workers N`: all workers' figures
+            registry = CollectorRegistry()
+            MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
+        return Response(generate_latest(registry), media_type="text/plain; version=0.0.4")
 
 
 class RequestObserver:

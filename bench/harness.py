@@ -79,9 +79,14 @@ class Stack:
 
 
 @contextmanager
-def running(database_url: str | None, fake_script: str | None, *fake_args: str) -> Iterator[Stack]:
-    """`citegate serve` on a new database (SQLite unless given), behind a fake upstream started
-    as ``python FAKE_SCRIPT --serve-fake PORT *FAKE_ARGS`` when one is named."""
+def running(
+    database_url: str | None,
+    fake_script: str | None,
+    *fake_args: str,
+    serve_args: tuple[str, ...] = (),
+) -> Iterator[Stack]:
+    """`citegate serve *SERVE_ARGS` on a new database (SQLite unless given), behind a fake
+    upstream started as ``python FAKE_SCRIPT --serve-fake PORT *FAKE_ARGS`` when one is named."""
     workdir = Path(tempfile.mkdtemp(prefix="citegate-bench-"))
     key = "cg_" + secrets.token_urlsafe(32)
     env = dict(
@@ -106,7 +111,7 @@ def running(database_url: str | None, fake_script: str | None, *fake_args: str) 
     citegate = str(Path(sys.executable).parent / "citegate")
     # BENCH_WRAP: a command to run Citegate under, e.g. "python -m cProfile -o out.prof".
     wrap = os.environ.get("BENCH_WRAP", "").split()
-    server = subprocess.Popen([*wrap, citegate, "serve", "--port", str(port)], env=env)
+    server = subprocess.Popen([*wrap, citegate, "serve", "--port", str(port), *serve_args], env=env)
     processes.append(server)
     try:
         base = f"http://127.0.0.1:{port}"

@@ -1,33 +1,62 @@
-"""What Citegate adds to a Messages API call: POST /v1/answers with 3 text documents of about
-100 KB each, against POSTing the equivalent Messages request straight to the same fake upstream
-(on 127.0.0.1, answering at once with cited text). Prints figures; asserts nothing.
+"""What a cited answer costs on top of a bare hop, measured as a user sees it.
 
-    .venv/bin/python bench/overhead.py [--requests N] [--database-url URL]
+Three servers, each in its own process on 127.0.0.1: an instant fake Messages API (this file,
+``--serve-fake``), a bare forwarder (``bench/forwarder.py``: FastAPI and one httpx client), and
+``citegate serve`` as deployed (keys required, one worker unless --workers). The client is
+``hey`` (Debian's package ``hey``), an external Go program, so the instrument costs the Python
+processes nothing. Three 100 KB text documents are stored in Citegate; the forwarder is sent
+the same Messages request Citegate builds (the documents inline, citations on, cache_control),
+and the fake answers both with cited text (JSON, or an SSE stream with ``citations_delta``
+events when the request streams).
 
-Each of the three parties has its own process: the fake upstream, `citegate serve` (one
-worker), and this client.
+For each target, repetitions are interleaved (fake alone, forwarder, Citegate, again...) so a
+machine that slows down mid-run slows all of them, and the figures printed are medians over
+the repetitions:
+- server CPU per request, from /proc/PID/stat of the server's processes (utime + stime), and on
+  PostgreSQL the CPU of the database's backends too;
+- added latency p50/p95: the target's percentile minus the fake's own percentile for the
+  request the target sends it;
+- requests per second; peak RSS of the server (VmHWM) at the end.
+
+Why these figures differ from an in-process measure: a Python load client running beside the
+server (the earlier version of this benchmark) shares the two cores and its own event loop
+with what it measures, and its baseline was a 300 KB request posted by that client, whose JSON
+encoding and upload cost more than Citegate's work, so subtracting it hid most of Citegate's
+time. Here the client is native and the baseline is the fake answering the same request, so
+what remains is the server's own cost, CPU per request being the figure least moved by noise.
+
+    .venv/bin/python bench/overhead.py [--requests 2000] [--repetitions 3] [--concurrency 1 32]
+        [--mode json|stream|both] [--database-url URL] [--workers N] [--soak 20000]
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
-import random
+import os
 import statistics
+import subprocess
+import sys
+import tempfile
 import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import httpx
-from harness import Stack, cpu_seconds, load_client, own_cpu_seconds, peak_rss_mib, running
+from harness import Stack, free_port, running, wait_up
 
 WORDS = (
     "the of and to in is was for on that with as by at from it an be this which are or have "
     "market report system data model growth service customer value process results analysis"
 ).split()
+QUESTION = "What does the report say about growth?"
 
 
 def document_text(seed: int, size: int = 100_000) -> str:
+    import random
+
     rng = random.Random(seed)
     out, total = [], 0
     while total < size:
@@ -37,28 +66,24 @@ def document_text(seed: int, size: int = 100_000) -> str:
     return "".join(out)
 
 
+TEXTS = [document_text(n) for n in range(3)]
+
+
 def fake_reply(texts: list[str]) -> dict[str, Any]:
     """An answer citing the second sentence of each document, as the real API would."""
     content: list[dict[str, Any]] = [{"type": "text", "text": "According to the documents, "}]
     for index, text in enumerate(texts):
         start = text.index(". ") + 2
         end = text.index(". ", start) + 2
-        content.append(
-            {
-                "type": "text",
-                "text": f"point {index}",
-                "citations": [
-                    {
-                        "type": "char_location",
-                        "cited_text": text[start:end],
-                        "document_index": index,
-                        "document_title": f"Document {index}",
-                        "start_char_index": start,
-                        "end_char_index": end,
-                    }
-                ],
-            }
-        )
+        citation = {
+            "type": "char_location",
+            "cited_text": text[start:end],
+            "document_index": index,
+            "document_title": f"Document {index}",
+            "start_char_index": start,
+            "end_char_index": end,
+        }
+        content.append({"type": "text", "text": f"point {index}", "citations": [citation]})
     return {
         "id": "msg_bench",
         "type": "message",
@@ -66,8 +91,41 @@ def fake_reply(texts: list[str]) -> dict[str, Any]:
         "model": "claude-sonnet-5",
         "content": content,
         "stop_reason": "end_turn",
+        "stop_sequence": None,
         "usage": {"input_tokens": 10, "output_tokens": 30, "cache_read_input_tokens": 75000},
     }
+
+
+def fake_events(message: dict[str, Any]) -> bytes:
+    """The same answer as the Messages API streams it."""
+
+    def event(data: dict[str, Any]) -> str:
+        return f"event: {data['type']}\ndata: {json.dumps(data)}\n\n"
+
+    start = {**message, "content": [], "stop_reason": None}
+    out = [event({"type": "message_start", "message": start})]
+    for index, block in enumerate(message["content"]):
+        empty: dict[str, Any] = {"type": "text", "text": ""}
+        if "citations" in block:
+            empty["citations"] = []
+        out.append(event({"type": "content_block_start", "index": index, "content_block": empty}))
+        for citation in block.get("citations", []):
+            delta = {"type": "citations_delta", "citation": citation}
+            out.append(event({"type": "content_block_delta", "index": index, "delta": delta}))
+        delta = {"type": "text_delta", "text": block["text"]}
+        out.append(event({"type": "content_block_delta", "index": index, "delta": delta}))
+        out.append(event({"type": "content_block_stop", "index": index}))
+    out.append(
+        event(
+            {
+                "type": "message_delta",
+                "delta": {"stop_reason": "end_turn", "stop_sequence": None},
+                "usage": {"output_tokens": 30},
+            }
+        )
+    )
+    out.append(event({"type": "message_stop"}))
+    return "".join(out).encode()
 
 
 def serve_fake(port: int) -> None:
@@ -77,119 +135,286 @@ def serve_fake(port: int) -> None:
     from starlette.responses import Response
     from starlette.routing import Route
 
-    body = json.dumps(fake_reply([document_text(n) for n in range(3)])).encode()
+    message = fake_reply(TEXTS)
+    body, events = json.dumps(message).encode(), fake_events(message)
 
     async def messages(request: Request) -> Response:
-        await request.body()
+        streamed = b'"stream":true' in (await request.body()).replace(b" ", b"")
+        if streamed:
+            return Response(events, media_type="text/event-stream")
         return Response(body, media_type="application/json", headers={"request-id": "req_b"})
 
-    app = Starlette(routes=[Route("/v1/messages", messages, methods=["POST"])])
-    uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning")
+    async def ok(request: Request) -> Response:
+        return Response("ok")
+
+    app = Starlette(
+        routes=[Route("/v1/messages", messages, methods=["POST"]), Route("/", ok)],
+    )
+    uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning", access_log=False)
 
 
-async def timed(client: httpx.AsyncClient, url: str, body: dict[str, Any]) -> float:
+def messages_request(stream: bool) -> dict[str, Any]:
+    """The Messages request Citegate sends for QUESTION over the three documents."""
+    documents = [
+        {
+            "type": "document",
+            "source": {"type": "text", "media_type": "text/plain", "data": text},
+            "title": f"Document {index}",
+            "citations": {"enabled": True},
+            "cache_control": {"type": "ephemeral"},
+        }
+        for index, text in enumerate(TEXTS)
+    ]
+    return {
+        "model": "claude-sonnet-5",
+        "max_tokens": 1024,
+        "stream": stream,
+        "messages": [{"role": "user", "content": [*documents, {"type": "text", "text": QUESTION}]}],
+    }
+
+
+@dataclass(frozen=True)
+class Target:
+    name: str
+    url: str
+    body: Path
+    headers: dict[str, str]
+    pids: tuple[int, ...]  # the server's processes (with --workers, the parent's tree)
+
+
+@dataclass
+class Run:
+    latencies: list[float]  # seconds
+    rps: float
+    cpu_ms: float  # server CPU per request
+    database_cpu_ms: float
+
+
+def process_tree(pid: int) -> list[int]:
+    pids, todo = [], [pid]
+    while todo:
+        current = todo.pop()
+        pids.append(current)
+        for task in Path(f"/proc/{current}/task").iterdir():
+            children = (task / "children").read_text().split()
+            todo.extend(int(child) for child in children)
+    return pids
+
+
+def cpu_of(pids: list[int]) -> float:
+    total = 0.0
+    for pid in pids:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except FileNotFoundError:
+            continue
+        total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return total
+
+
+def postgres_pids() -> list[int]:
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if (entry / "comm").read_text().strip() == "postgres":
+                    pids.append(int(entry.name))
+            except OSError:
+                continue
+    return pids
+
+
+def hey(target: Target, requests: int, concurrency: int, database: bool) -> Run:
+    headers = [arg for name, value in target.headers.items() for arg in ("-H", f"{name}: {value}")]
+    command = [
+        "hey", "-n", str(requests), "-c", str(concurrency), "-m", "POST",
+        "-T", "application/json", "-D", str(target.body), "-o", "csv", *headers, target.url,
+    ]  # fmt: skip
+    pids = [p for pid in target.pids for p in process_tree(pid)]
+    database_pids = postgres_pids() if database else []
+    before, database_before = cpu_of(pids), cpu_of(database_pids)
     started = time.perf_counter()
-    response = await client.post(url, json=body)
+    output = subprocess.run(command, check=True, capture_output=True, text=True).stdout
     elapsed = time.perf_counter() - started
-    assert response.status_code == 200, response.text[:300]
-    return elapsed
+    cpu, database_cpu = cpu_of(pids) - before, cpu_of(database_pids) - database_before
+    rows = [line.split(",") for line in output.splitlines()[1:] if line]
+    statuses = {row[6] for row in rows}
+    if statuses != {"200"}:
+        raise SystemExit(f"{target.name}: statuses {statuses}")
+    return Run(
+        latencies=[float(row[0]) for row in rows],
+        rps=requests / elapsed,
+        cpu_ms=cpu / requests * 1000,
+        database_cpu_ms=database_cpu / requests * 1000,
+    )
 
 
-async def run(
-    client: httpx.AsyncClient, url: str, body: dict[str, Any], count: int, concurrency: int
-) -> tuple[list[float], float]:
-    latencies: list[float] = []
-    queue = iter(range(count))
-
-    async def worker() -> None:
-        for _ in queue:
-            latencies.append(await timed(client, url, body))
-
-    started = time.perf_counter()
-    await asyncio.gather(*(worker() for _ in range(concurrency)))
-    return latencies, count / (time.perf_counter() - started)
+def percentile(values: list[float], q: int) -> float:
+    return statistics.quantiles(values, n=100, method="inclusive")[q - 1]
 
 
-def percentile(values: list[float], q: float) -> float:
-    return statistics.quantiles(values, n=100, method="inclusive")[int(q) - 1]
+def peak_rss_mib(pids: tuple[int, ...]) -> float:
+    total = 0.0
+    for pid in (p for root in pids for p in process_tree(root)):
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                total += int(line.split()[1]) / 1024
+    return total
 
 
-async def measure(stack: Stack, count: int) -> None:
-    citegate, fake, pid = stack.citegate, stack.fake, stack.pid
-    assert fake is not None and stack.fake_pid is not None
-    texts = [document_text(n) for n in range(3)]
-    async with load_client(stack, timeout=60, max_connections=32) as client:
-        ids = []
-        for index, text in enumerate(texts):
-            response = await client.post(
-                f"{citegate}/v1/documents",
+def rss_mib(pids: tuple[int, ...]) -> float:
+    total = 0.0
+    for pid in (p for root in pids for p in process_tree(root)):
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                total += int(line.split()[1]) / 1024
+    return total
+
+
+def store_documents(stack: Stack) -> list[str]:
+    ids = []
+    with httpx.Client(headers=stack.headers, timeout=60) as client:
+        for index, text in enumerate(TEXTS):
+            response = client.post(
+                f"{stack.citegate}/v1/documents",
                 json={"source": {"type": "text", "data": text}, "title": f"Document {index}"},
             )
+            response.raise_for_status()
             ids.append(response.json()["id"])
-        question = "What does the report say about growth?"
-        ask = {"question": question, "document_ids": ids}
-        direct = {
-            "model": "claude-sonnet-5",
-            "max_tokens": 1024,
-            "messages": [
-                {
-                    "role": "user",
-                    "content": [
-                        *(
-                            {
-                                "type": "document",
-                                "source": {"type": "text", "media_type": "text/plain", "data": t},
-                                "title": f"Document {i}",
-                                "citations": {"enabled": True},
-                                "cache_control": {"type": "ephemeral"},
-                            }
-                            for i, t in enumerate(texts)
-                        ),
-                        {"type": "text", "text": question},
-                    ],
-                }
-            ],
-        }
-        for _ in range(20):  # warm up both paths
-            await timed(client, f"{citegate}/v1/answers", ask)
-            await timed(client, f"{fake}/v1/messages", direct)
-        for concurrency in (1, 16):
-            n = count if concurrency == 1 else count * 2
-            base, base_rps = await run(client, f"{fake}/v1/messages", direct, n, concurrency)
-            cpu = cpu_seconds(pid), cpu_seconds(stack.fake_pid), own_cpu_seconds()
-            ours, rps = await run(client, f"{citegate}/v1/answers", ask, n, concurrency)
-            cpu_ms = (cpu_seconds(pid) - cpu[0]) / n * 1000
-            fake_ms = (cpu_seconds(stack.fake_pid) - cpu[1]) / n * 1000
-            client_ms = (own_cpu_seconds() - cpu[2]) / n * 1000
-            p50 = (percentile(ours, 50) - percentile(base, 50)) * 1000
-            p95 = (percentile(ours, 95) - percentile(base, 95)) * 1000
-            print(
-                f"{'sequential' if concurrency == 1 else f'{concurrency} concurrent'}: "
-                f"added latency p50 {p50:.1f} ms, p95 {p95:.1f} ms\n"
-                f"  through Citegate: {rps:.0f} req/s, p50 {percentile(ours, 50) * 1000:.1f} ms, "
-                f"p95 {percentile(ours, 95) * 1000:.1f} ms\n"
-                f"  CPU per answer: Citegate {cpu_ms:.2f} ms, fake {fake_ms:.2f} ms, "
-                f"this client {client_ms:.2f} ms\n"
-                f"  straight to the fake: {base_rps:.0f} req/s, p50 "
-                f"{percentile(base, 50) * 1000:.1f} ms, p95 {percentile(base, 95) * 1000:.1f} ms"
-            )
+    return ids
+
+
+def targets(
+    stack: Stack, forwarder: str, forwarder_pid: int, workdir: Path, stream: bool
+) -> tuple[Target, Target, Target]:
+    ids = store_documents(stack)
+
+    def write(name: str, body: dict[str, Any]) -> Path:
+        path = workdir / f"{name}-{'stream' if stream else 'json'}.json"
+        path.write_text(json.dumps(body))
+        return path
+
+    direct = write("direct", messages_request(stream))
+    assert stack.fake is not None and stack.fake_pid is not None
+    ask = write("ask", {"question": QUESTION, "document_ids": ids, "stream": stream})
+    return (
+        Target("fake alone", f"{stack.fake}/v1/messages", direct, {}, (stack.fake_pid,)),
+        Target("forwarder", f"{forwarder}/v1/messages", direct, {}, (forwarder_pid,)),
+        Target("Citegate", f"{stack.citegate}/v1/answers", ask, stack.headers, (stack.pid,)),
+    )
+
+
+def report(name: str, runs: list[Run], base: list[Run], database: bool) -> str:
+    def median(values: Iterator[float]) -> float:
+        return statistics.median(values)
+
+    p50 = median(
+        percentile(r.latencies, 50) - percentile(b.latencies, 50)
+        for r, b in zip(runs, base, strict=True)
+    )
+    p95 = median(
+        percentile(r.latencies, 95) - percentile(b.latencies, 95)
+        for r, b in zip(runs, base, strict=True)
+    )
+    cpu = median(r.cpu_ms for r in runs)
+    line = (
+        f"  {name:<11} CPU {cpu:5.2f} ms/request"
+        + (f" (+ PostgreSQL {median(r.database_cpu_ms for r in runs):.2f})" if database else "")
+        + f", added p50 {p50 * 1000:5.2f} ms, p95 {p95 * 1000:5.2f} ms,"
+        f" {median(r.rps for r in runs):6.0f} req/s"
+    )
+    return line
+
+
+def measure(args: argparse.Namespace, stack: Stack, forwarder: str, forwarder_pid: int) -> None:
+    database = stack.database.startswith("postgresql")
+    with tempfile.TemporaryDirectory() as tmp:
+        workdir = Path(tmp)
+        for stream in {"json": (False,), "stream": (True,), "both": (False, True)}[args.mode]:
+            fake, bare, citegate = targets(stack, forwarder, forwarder_pid, workdir, stream)
+            for target in (fake, bare, citegate):  # warm up
+                hey(target, 200, 8, False)
+            for concurrency in args.concurrency:
+                runs: dict[str, list[Run]] = {t.name: [] for t in (fake, bare, citegate)}
+                for _ in range(args.repetitions):
+                    for target in (fake, bare, citegate):
+                        runs[target.name].append(
+                            hey(target, args.requests, concurrency, database and target is citegate)
+                        )
+                kind = "streaming" if stream else "JSON"
+                print(f"{kind}, concurrency {concurrency}, {args.requests} requests, ", end="")
+                print(f"{args.repetitions} repetitions:")
+                for target in (bare, citegate):
+                    print(
+                        report(
+                            target.name,
+                            runs[target.name],
+                            runs[fake.name],
+                            target is citegate and database,
+                        )
+                    )
+                ratio = statistics.median(
+                    r.cpu_ms for r in runs[citegate.name]
+                ) / statistics.median(r.cpu_ms for r in runs[bare.name])
+                print(f"  Citegate / forwarder CPU: {ratio:.2f}x")
+    print(
+        f"peak RSS: Citegate {peak_rss_mib((stack.pid,)):.0f} MiB "
+        f"(now {rss_mib((stack.pid,)):.0f}), forwarder {peak_rss_mib((forwarder_pid,)):.0f} MiB"
+    )
+
+
+def soak(stack: Stack, answers: int) -> None:
+    """Answers in rounds of 2,000 at concurrency 32, printing Citegate's RSS after each round."""
+    with tempfile.TemporaryDirectory() as tmp:
+        ids = store_documents(stack)
+        body = Path(tmp) / "ask.json"
+        body.write_text(json.dumps({"question": QUESTION, "document_ids": ids}))
+        target = Target(
+            "Citegate", f"{stack.citegate}/v1/answers", body, stack.headers, (stack.pid,)
+        )
+        print(f"RSS before: {rss_mib((stack.pid,)):.0f} MiB")
+        done = 0
+        while done < answers:
+            hey(target, 2000, 32, False)
+            done += 2000
+            now, peak = rss_mib((stack.pid,)), peak_rss_mib((stack.pid,))
+            print(f"after {done} answers: RSS {now:.0f} MiB, peak {peak:.0f} MiB")
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--requests", type=int, default=300)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--requests", type=int, default=2000)
+    parser.add_argument("--repetitions", type=int, default=3)
+    parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 32])
     parser.add_argument("--database-url", help="default: a new SQLite file")
+    parser.add_argument("--workers", type=int, default=1)
+    parser.add_argument("--mode", choices=("json", "stream", "both"), default="both")
+    parser.add_argument("--soak", type=int, help="instead: this many answers, RSS as they go")
     parser.add_argument("--serve-fake", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve_fake:
         serve_fake(args.serve_fake)
         return
-
-    with running(args.database_url, __file__) as stack:
+    serve_args = ("--workers", str(args.workers)) if args.workers > 1 else ()
+    with running(args.database_url, __file__, serve_args=serve_args) as stack:
         assert stack.fake is not None
-        print(f"database: {stack.database}; one worker")
-        asyncio.run(measure(stack, args.requests))
-        print(f"Citegate peak RSS: {peak_rss_mib(stack.pid):.0f} MiB")
+        print(f"database: {stack.database}; {args.workers} worker(s)")
+        if args.soak:
+            soak(stack, args.soak)
+            return
+        port = free_port()
+        script = Path(__file__).with_name("forwarder.py")
+        forwarder = subprocess.Popen(
+            [sys.executable, str(script), "--port", str(port), "--upstream", stack.fake]
+        )
+        try:
+            wait_up(f"http://127.0.0.1:{port}/healthz")
+            measure(args, stack, f"http://127.0.0.1:{port}", forwarder.pid)
+        finally:
+            forwarder.terminate()
+            forwarder.wait(timeout=30)
 
 
 if __name__ == "__main__":

@@ -107,6 +107,17 @@ class TokenCount(BaseModel):
     input_tokens: int = Field(ge=0, description="Input tokens the question would use upstream.")
 
 
+class SpanBox(BaseModel):
+    """One line of a cited PDF passage on its page: fractions of the displayed page's width
+    and height, origin top left."""
+
+    page: int = Field(ge=1, description="The 1-based page the rectangle is on.")
+    x0: float = Field(ge=0, le=1)
+    y0: float = Field(ge=0, le=1)
+    x1: float = Field(ge=0, le=1)
+    y1: float = Field(ge=0, le=1)
+
+
 class Span(BaseModel):
     """Where a citation points in the stored document text (code point offsets)."""
 
@@ -120,6 +131,12 @@ class Span(BaseModel):
         description="Where the span stands in a converted document's original: its first "
         'chunk\'s locator (`{"paragraph": 12}`, `{"slide": 4}`), or for spreadsheet rows '
         'every row cited (`{"sheet": "Q3", "rows": [14, 15]}`); null for text and PDF.',
+    )
+    boxes: list[SpanBox] = Field(
+        default_factory=list,
+        description="For a PDF, PDFium's boxes of the cited characters, one per line of text; "
+        "empty for other kinds. On every stored Answer (and so in `answer.done`); a streamed "
+        "`citation` event, sent before the boxes are measured, has none.",
     )
 
 
@@ -229,6 +246,7 @@ _CITATION_EXAMPLE: dict[str, JsonValue] = {
         "start_page": 2,
         "end_page": 2,
         "chunk_indices": [21],
+        "boxes": [{"page": 2, "x0": 0.118, "y0": 0.302, "x1": 0.861, "y1": 0.318}],
     },
     "verified": True,
 }

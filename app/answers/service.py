@@ -28,6 +28,8 @@ from app.conversations import service as conversations
 from app.db.models import Answer, Conversation, utcnow
 from app.db.tenancy import get_owned
 from app.documents.index import DocumentIndex
+from app.documents.pages import PdfPages
+from app.documents.pictures import lacks_boxes, with_boxes
 from app.documents.sources import (
     DocumentsTooLarge,
     SourceCache,
@@ -59,6 +61,7 @@ class AnswerContext:
     engine: AsyncEngine  # the answer is stored by a Core insert on it, without a session
     sessions: async_sessionmaker[AsyncSession]  # bound to ``engine``
     metrics: Metrics
+    pages: PdfPages  # the boxes of PDF spans
 
 
 @dataclass(frozen=True, slots=True)
@@ -555,6 +558,9 @@ async def _store(
 ) -> Answer:
     await context.limits.spend_tokens(principal, sum(usage.values()))
     text, segments = build_segments(content, prepared.indexes, prepared.passages)
+    if lacks_boxes(segments):
+        async with context.sessions() as session:
+            segments = await with_boxes(session, context.pages, segments)
     values = {
         "id": prepared.id,
         "tenant_id": principal.tenant_id,
@@ -604,6 +610,15 @@ def system_text(system: Any) -> str | None:
 
 async def get_answer(session: AsyncSession, tenant_id: str, answer_id: str) -> Answer:
     return await get_owned(session, Answer, tenant_id, answer_id, "answer")
+
+
+async def answer_out(session: AsyncSession, pages: PdfPages, answer: Answer) -> dict[str, Any]:
+    """The Answer as the API shows it, read back: an answer stored before spans had boxes
+    gets them here (measured again on each read; PDFium's open documents are kept)."""
+    payload = answer_payload(answer)
+    if lacks_boxes(payload["segments"]):
+        payload["segments"] = await with_boxes(session, pages, payload["segments"])
+    return payload
 
 
 def answer_payload(answer: Answer) -> dict[str, Any]:

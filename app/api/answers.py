@@ -19,7 +19,7 @@ from starlette.types import Message, Receive, Scope, Send
 from app.answers import service
 from app.answers.schemas import STREAM_EVENT_DATA, AnswerOut, AnswerRequest, TokenCount
 from app.answers.streaming import Event
-from app.api.deps import PrincipalDep, SessionDep, TenantDep
+from app.api.deps import PdfPagesDep, PrincipalDep, SessionDep, TenantDep
 from app.api.problems import (
     AUTH_PROBLEMS,
     BODY_PROBLEMS,
@@ -238,8 +238,7 @@ async def count_answer_tokens(
     responses=problems(404, 422),
 )
 async def get_answer(
-    answer_id: AnswerId, session: SessionDep, tenant_id: TenantDep
+    answer_id: AnswerId, session: SessionDep, tenant_id: TenantDep, pages: PdfPagesDep
 ) -> OrjsonResponse:
-    return OrjsonResponse(
-        service.answer_payload(await service.get_answer(session, tenant_id, answer_id))
-    )
+    answer = await service.get_answer(session, tenant_id, answer_id)
+    return OrjsonResponse(await service.answer_out(session, pages, answer))

@@ -6,9 +6,16 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Path, Response, status
 
-from app.answers.service import answer_payload
+from app.answers.service import answer_out
 from app.api.answers import ContextDep
-from app.api.deps import DEFAULT_LIMIT, CursorQuery, LimitQuery, SessionDep, TenantDep
+from app.api.deps import (
+    DEFAULT_LIMIT,
+    CursorQuery,
+    LimitQuery,
+    PdfPagesDep,
+    SessionDep,
+    TenantDep,
+)
 from app.api.problems import AUTH_PROBLEMS, BODY_PROBLEMS, ProblemResponse, links, problems
 from app.api.responses import OrjsonResponse
 from app.conversations import service
@@ -91,14 +98,14 @@ async def list_conversations(
     responses=problems(404, 422),
 )
 async def get_conversation(
-    conversation_id: ConversationId, session: SessionDep, tenant_id: TenantDep
+    conversation_id: ConversationId, session: SessionDep, tenant_id: TenantDep, pages: PdfPagesDep
 ) -> OrjsonResponse:
     conversation = await service.get_conversation(session, tenant_id, conversation_id)
     answers = await service.answers_of(session, conversation.id)
     [documents] = await service.describe_documents(session, tenant_id, [conversation])
     body = conversation_out(conversation, documents).model_dump(mode="json")
     # The answers as stored, like getAnswer: not validated against today's citation types.
-    body["answers"] = [answer_payload(answer) for answer in answers]
+    body["answers"] = [await answer_out(session, pages, answer) for answer in answers]
     return OrjsonResponse(body)
 
 

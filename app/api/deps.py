@@ -12,6 +12,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from app.auth.keys import KeyCache, Principal, authenticate
 from app.auth.limits import KeyLimits
 from app.db.models import DEFAULT_TENANT_ID
+from app.documents.pages import PdfPages
 from app.documents.sources import SourceCache
 from app.errors import Unauthorized
 from app.pagination import DEFAULT_LIMIT, MAX_LIMIT
@@ -41,7 +42,13 @@ async def _source_cache(request: Request) -> SourceCache:
     return cache
 
 
+async def _pdf_pages(request: Request) -> PdfPages:
+    pages: PdfPages = request.app.state.pdf_pages
+    return pages
+
+
 SessionDep = Annotated[AsyncSession, Depends(_session)]
+PdfPagesDep = Annotated[PdfPages, Depends(_pdf_pages)]
 SettingsDep = Annotated[Settings, Depends(_settings)]
 SourceCacheDep = Annotated[SourceCache, Depends(_source_cache)]
 
@@ -104,6 +111,7 @@ __all__ = [
     "AnthropicPrincipalDep",
     "CursorQuery",
     "LimitQuery",
+    "PdfPagesDep",
     "PrincipalDep",
     "SessionDep",
     "SettingsDep",

@@ -183,12 +183,13 @@ def _last_hour_position(body: dict[str, Any], blocks: Sequence[dict[str, Any]]) 
 
 
 def citegate_of(resolved: dict[str, Any]) -> dict[str, Any]:
-    """What a citation gains: where it points in the store."""
-    return {
-        "document_id": resolved["document_id"],
-        "span": resolved["span"],
-        "verified": resolved["verified"],
-    }
+    """What a citation gains: where it points in the store. The span without its PDF
+    ``boxes``, which are measured only once an answer is stored (after a stream's citations
+    went out): whole or streamed, a message is then the same; ``getAnswer`` has them."""
+    span = resolved["span"]
+    if isinstance(span, dict) and "boxes" in span:
+        span = {key: value for key, value in span.items() if key != "boxes"}
+    return {"document_id": resolved["document_id"], "span": span, "verified": resolved["verified"]}
 
 
 def enrich_message(message: dict[str, Any], segments: Sequence[dict[str, Any]]) -> None:

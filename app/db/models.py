@@ -209,3 +209,17 @@ class Answer(Base):
     upstream_message_id: Mapped[str | None] = mapped_column(String(200))
     upstream_request_id: Mapped[str | None] = mapped_column(String(200))
     created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+
+
+class AnswerShareLink(Base):
+    """A link that shows one answer without a key until it expires; only its token's SHA-256
+    is stored, as for API keys. It goes with its answer."""
+
+    __tablename__ = "answer_share_links"
+
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    tenant_id: Mapped[str] = mapped_column(ForeignKey("tenants.id"), index=True)
+    answer_id: Mapped[str] = mapped_column(ForeignKey("answers.id", ondelete="CASCADE"), index=True)
+    token_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+    expires_at: Mapped[datetime] = mapped_column(UTCDateTime())

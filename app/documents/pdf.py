@@ -28,7 +28,7 @@ _SCAN_MIN_IMAGE_COVERAGE = 0.8
 # PDFium is not thread-safe, not even for different documents: only one call at a time in the
 # process, or it crashes (pypdfium2's documentation; seen here as a segmentation fault when four
 # uploads were parsed at once). Extraction runs in worker threads, so it takes this lock.
-_PDFIUM = threading.Lock()
+PDFIUM_LOCK = threading.Lock()
 
 
 class PdfError(Exception):
@@ -52,15 +52,15 @@ class PdfText:
 def extract_pdf_text(data: bytes) -> PdfText:
     """Extract every page's text. Raises ``PdfError`` for encrypted or unreadable files.
 
-    Safe to call from several threads at once: PDFium work takes ``_PDFIUM`` in turn.
+    Safe to call from several threads at once: PDFium work takes ``PDFIUM_LOCK`` in turn.
     """
-    with _PDFIUM:
+    with PDFIUM_LOCK:
         extracted = _extract_with_pdfium(data)
     return extracted if extracted is not None else _extract_with_pypdf(data)
 
 
 def _extract_with_pdfium(data: bytes) -> PdfText | None:
-    """None when PDFium refuses a file that is not encrypted. Call it holding ``_PDFIUM``."""
+    """None when PDFium refuses a file that is not encrypted. Call it holding ``PDFIUM_LOCK``."""
     try:
         document = pdfium.PdfDocument(data)
     except pdfium.PdfiumError as exc:
@@ -81,7 +81,7 @@ def _extract_with_pdfium(data: bytes) -> PdfText | None:
             if _is_textless(text, page):
                 without_text.append(number)
             page.close()
-            pages.append(_storable(text))
+            pages.append(storable_text(text))
         return PdfText(pages, without_text, "pdfium")
     finally:
         document.close()  # and its pages, if an error left any open: under the lock
@@ -107,7 +107,7 @@ def _extract_with_pypdf(data: bytes) -> PdfText:
         reader = pypdf.PdfReader(io.BytesIO(data))
         if reader.is_encrypted:
             raise PdfError(ErrorCode.PDF_ENCRYPTED, "The PDF is encrypted.")
-        pages = [_storable(page.extract_text() or "") for page in reader.pages]
+        pages = [storable_text(page.extract_text() or "") for page in reader.pages]
     except PdfError:
         raise
     except Exception as exc:  # pypdf raises many types on damaged files
@@ -120,6 +120,6 @@ def _extract_with_pypdf(data: bytes) -> PdfText:
     return PdfText(pages, without_text, "pypdf")
 
 
-def _storable(text: str) -> str:
+def storable_text(text: str) -> str:
     # PostgreSQL text cannot hold NUL; it carries no meaning in extracted text.
     return text.replace("\x00", "\ufffd")

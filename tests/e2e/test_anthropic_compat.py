@@ -5,6 +5,7 @@ upstream on 127.0.0.1 that shows exactly what went upstream."""
 from __future__ import annotations
 
 import base64
+import copy
 import json
 import time
 from collections.abc import Iterator
@@ -128,10 +129,14 @@ def test_messages_over_files_cite_verified_spans(
     assert stored["question"] == QUESTION
     assert stored["text"] == "".join(b.text for b in created.content if b.type == "text")
     assert [d["document_id"] for d in stored["documents"]] == [text_id, pdf_id]
-    assert [c for s in stored["segments"] for c in s["citations"]] == [
+    # The same resolution; the stored spans also have their boxes (the PDF's measured).
+    stored_citations = [c for s in copy.deepcopy(stored["segments"]) for c in s["citations"]]
+    boxes = [citation["span"].pop("boxes") for citation in stored_citations]
+    assert stored_citations == [
         {k: v for k, v in c.items() if k not in ("citegate", "file_id")} | c["citegate"]
         for c in citations
     ]
+    assert [bool(b) for b in boxes] == [c["type"] == "page_location" for c in citations]
 
     # The stream helper's final message is the one answered whole.
     with api.messages.stream(model="claude-sonnet-5", max_tokens=500, messages=messages) as stream:

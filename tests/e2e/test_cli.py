@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import sqlite3
 import subprocess
@@ -104,3 +105,56 @@ def test_auth_required_refuses_to_start_open(fresh_sqlite: dict[str, str]) -> No
     )
     assert done.returncode != 0
     assert b"CITEGATE_AUTH=required but no API key exists" in done.stdout + done.stderr
+
+
+def test_serve_with_workers_adds_up_their_metrics(
+    fresh_sqlite: dict[str, str], tmp_path: Path
+) -> None:
+    """Two worker processes share the port; /metrics, whichever worker answers it, counts the
+    requests both served."""
+    assert CITEGATE
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    metrics_dir = tmp_path / "metrics"
+    metrics_dir.mkdir()
+    env = fresh_sqlite | {"PROMETHEUS_MULTIPROC_DIR": str(metrics_dir)}
+    process = subprocess.Popen(
+        [CITEGATE, "serve", "--port", str(port), "--workers", "2"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                httpx.get(f"{base}/healthz", timeout=2).raise_for_status()
+                break
+            except httpx.HTTPError:
+                assert process.poll() is None, process.stdout.read() if process.stdout else ""
+                assert time.monotonic() < deadline, "citegate serve --workers 2 did not start"
+                time.sleep(0.2)
+        workers = {
+            int(child)
+            for child in Path(f"/proc/{process.pid}/task/{process.pid}/children")
+            .read_text()
+            .split()
+        }
+        assert len(workers) >= 2  # the two workers (and multiprocessing's resource tracker)
+        for _ in range(40):  # a new connection each time, so both workers take some
+            assert httpx.get(f"{base}/readyz", timeout=5).status_code == 200
+        # Both workers served some: each wrote its own counters.
+        served_by = {path.stem.rsplit("_", 1)[1] for path in metrics_dir.glob("counter_*.db")}
+        assert len(served_by) == 2, served_by
+        pattern = re.compile(
+            r'citegate_http_requests_total\{method="GET",route="/readyz",status="200"\} (\S+)'
+        )
+        for _ in range(6):  # each scrape may land on either worker: all of them add up
+            scraped = httpx.get(f"{base}/metrics", timeout=5).text
+            found = pattern.search(scraped)
+            assert found is not None, scraped[:2000]
+            assert float(found.group(1)) == 40
+    finally:
+        process.terminate()
+        output = process.communicate(timeout=30)[0].decode()
+    assert process.returncode == 0, output

@@ -180,7 +180,7 @@ def test_pdfs_waiting_for_pdfium_leave_the_worker_threads_free() -> None:
 
     async def crowd() -> None:
         threads = to_thread.current_default_thread_limiter().total_tokens
-        with pdf._PDFIUM:  # PDFium busy: every PDF parse waits
+        with pdf.PDFIUM_LOCK:  # PDFium busy: every PDF parse waits
             parses = [
                 asyncio.create_task(service.parse_off_loop(data, PDF))
                 for _ in range(int(threads) + 5)

@@ -30,6 +30,7 @@ class PdfKind(DocumentKind):
     signature_within = 1024
     mismatch = ("The data is not a PDF (no %PDF- header).", ErrorCode.PDF_INVALID)
     sends_original = True
+    has_page_images = True
     serial = True  # PDFium does one call at a time in the process (app.documents.pdf)
 
     # The upstream reads each page as its text and as an image.

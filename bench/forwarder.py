@@ -1,0 +1,76 @@
+"""The bare hop Citegate is measured against: FastAPI and one httpx client forwarding the bytes
+of the Messages request it is given to the upstream, and relaying the answer's bytes (JSON or
+events) back. Nothing parsed, nothing stored: the least any service in between must do.
+
+    .venv/bin/python bench/forwarder.py --port 9000 --upstream http://127.0.0.1:9001
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import httpx
+import uvicorn
+from fastapi import FastAPI, Request, Response
+from fastapi.responses import StreamingResponse
+
+
+def create_app(upstream: str) -> FastAPI:
+    client = httpx.AsyncClient(base_url=upstream, timeout=60, limits=httpx.Limits())
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        yield
+        await client.aclose()
+
+    app = FastAPI(lifespan=lifespan)
+    headers = {"x-api-key": "bench-key", "anthropic-version": "2023-06-01"}
+
+    @app.post("/v1/messages")
+    async def messages(request: Request) -> Response:
+        # The body's bytes as they came, the answer's bytes (JSON or events) as they come.
+        upstream = await client.send(
+            client.build_request(
+                "POST",
+                "/v1/messages",
+                content=await request.body(),
+                headers={**headers, "content-type": "application/json"},
+            ),
+            stream=True,
+        )
+
+        async def relay() -> AsyncIterator[bytes]:
+            try:
+                async for chunk in upstream.aiter_raw():
+                    yield chunk
+            finally:
+                await upstream.aclose()
+
+        media_type = upstream.headers.get("content-type", "application/json")
+        return StreamingResponse(relay(), upstream.status_code, media_type=media_type)
+
+    @app.get("/healthz")
+    async def healthz() -> dict[str, str]:
+        return {"status": "ok"}
+
+    return app
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--upstream", required=True)
+    args = parser.parse_args()
+    uvicorn.run(
+        create_app(args.upstream),
+        host="127.0.0.1",
+        port=args.port,
+        log_level="warning",
+        access_log=False,
+    )
+
+
+if __name__ == "__main__":
+    main()
