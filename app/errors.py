@@ -23,13 +23,13 @@ from __future__ import annotations
 
 import logging
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from enum import StrEnum
 from typing import Any, ClassVar
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 log = logging.getLogger(__name__)
@@ -369,49 +369,77 @@ def problem_response(
     )
 
 
-async def _citegate_error(_: Request, exc: Exception) -> JSONResponse:
-    assert isinstance(exc, CitegateError)
-    return problem_response(exc.code, exc.detail, headers=exc.headers, **exc.extra)
+ErrorRenderer = Callable[[CitegateError], Response]
 
 
-async def _http_error(request: Request, exc: Exception) -> JSONResponse:
-    assert isinstance(exc, StarletteHTTPException)
-    code = _HTTP_CODES.get(exc.status_code)
-    if code is None:
-        if not 400 <= exc.status_code < 500:
-            return await _unexpected_error(request, exc)
-        code = ErrorCode.HTTP_ERROR
+def render_problem(error: CitegateError) -> Response:
+    """The problem+json response for an error: what every route but the Anthropic-compatible
+    ones answers."""
+    return problem_response(error.code, error.detail, headers=error.headers, **error.extra)
+
+
+class ErrorRendering:
+    """How an error is answered for a path: problem+json, unless the path starts with one of
+    ``by_prefix``'s prefixes (``/anthropic/`` answers in the Messages API's shape)."""
+
+    def __init__(self, by_prefix: Mapping[str, ErrorRenderer] | None = None) -> None:
+        self._by_prefix = tuple((by_prefix or {}).items())
+
+    def response(self, path: str, error: CitegateError) -> Response:
+        for prefix, render in self._by_prefix:
+            if path.startswith(prefix):
+                return render(error)
+        return render_problem(error)
+
+
+def _http_error(exc: StarletteHTTPException) -> CitegateError:
+    code = _HTTP_CODES.get(exc.status_code, ErrorCode.HTTP_ERROR)
     detail = exc.detail if isinstance(exc.detail, str) else code.problem_title
     headers = dict(exc.headers or {})
     if code is ErrorCode.PAYLOAD_TOO_LARGE:
         detail = "The request body exceeds the size limit."
         # The rest of the body is never read: close rather than wait for the client to send it.
         headers["Connection"] = "close"
-    return problem_response(code, detail, headers=headers)
+    return CitegateError(detail, code=code, headers=headers)
 
 
-async def _validation_error(_: Request, exc: Exception) -> JSONResponse:
-    assert isinstance(exc, RequestValidationError)
+def _validation_error(exc: RequestValidationError) -> CitegateError:
     errors = [
         {"loc": list(err.get("loc", ())), "msg": err.get("msg", ""), "type": err.get("type", "")}
         for err in exc.errors()
     ]
-    return problem_response(
-        ErrorCode.VALIDATION_ERROR, "The request is not valid; see errors.", errors=errors
+    return CitegateError(
+        "The request is not valid; see errors.", code=ErrorCode.VALIDATION_ERROR, errors=errors
     )
 
 
-async def _unexpected_error(_: Request, exc: Exception) -> JSONResponse:
+def _unexpected_error(exc: Exception) -> CitegateError:
     log.exception("unhandled error", exc_info=exc)
-    return problem_response(ErrorCode.INTERNAL_ERROR, "An unexpected error occurred.")
+    return CitegateError("An unexpected error occurred.", code=ErrorCode.INTERNAL_ERROR)
 
 
-def install_error_handlers(app: FastAPI) -> None:
-    """Render every error the app can raise as problem+json."""
-    app.add_exception_handler(CitegateError, _citegate_error)
-    app.add_exception_handler(StarletteHTTPException, _http_error)
-    app.add_exception_handler(RequestValidationError, _validation_error)
-    app.add_exception_handler(Exception, _unexpected_error)
+def _as_citegate_error(exc: Exception) -> CitegateError:
+    if isinstance(exc, CitegateError):
+        return exc
+    if isinstance(exc, StarletteHTTPException):
+        if not 400 <= exc.status_code < 500 and exc.status_code not in _HTTP_CODES:
+            return _unexpected_error(exc)
+        return _http_error(exc)
+    if isinstance(exc, RequestValidationError):
+        return _validation_error(exc)
+    return _unexpected_error(exc)
+
+
+def install_error_handlers(app: FastAPI, rendering: ErrorRendering | None = None) -> None:
+    """Answer every error the app can raise: problem+json, or as ``rendering`` says for its
+    path."""
+    chosen = rendering or ErrorRendering()
+
+    async def handle(request: Request, exc: Exception) -> Response:
+        return chosen.response(request.url.path, _as_citegate_error(exc))
+
+    for raised in (CitegateError, StarletteHTTPException, RequestValidationError, Exception):
+        app.add_exception_handler(raised, handle)
 
 
 README_HEADER = "| code | status | when |\n|---|---|---|\n"

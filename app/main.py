@@ -12,17 +12,18 @@ import httpx
 from fastapi import Depends, FastAPI
 
 from app.answers.service import AnswerContext
-from app.api import answers, collections, conversations, health, search, seeing
+from app.api import answers, anthropic, collections, conversations, health, search, seeing
 from app.api.body_limit import DeclaredLengthLimit
 from app.api.deps import require_principal
 from app.api.documents import documents_router
 from app.api.request_id import RequestIdMiddleware
 from app.auth import keys
 from app.auth.limits import KeyLimits
+from app.compat import errors as compat_errors
 from app.db.engine import create_engine, create_session_factory
 from app.documents.pages import PdfPages
 from app.documents.sources import SourceCache
-from app.errors import install_error_handlers
+from app.errors import ErrorRendering, install_error_handlers
 from app.local_engine import create_local_engine_app
 from app.observability import Metrics, RequestObserver, metrics_endpoint
 from app.settings import Settings
@@ -87,8 +88,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.key_cache = keys.KeyCache(settings.recheck_seconds)
     app.state.pdf_pages = PdfPages()
     app.state.source_cache = SourceCache(settings.source_cache_chars, settings.recheck_seconds)
-    install_error_handlers(app)
-    app.add_middleware(DeclaredLengthLimit, settings=settings)
+    rendering = ErrorRendering({compat_errors.PREFIX: compat_errors.render_messages_error})
+    install_error_handlers(app, rendering)
+    app.add_middleware(DeclaredLengthLimit, settings=settings, rendering=rendering)
     app.add_middleware(RequestObserver, metrics=metrics)
     app.add_middleware(RequestIdMiddleware)  # outermost: the observer logs the request id
     app.include_router(health.router)
@@ -101,6 +103,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(search.router, dependencies=authenticated)
     app.include_router(seeing.api, dependencies=authenticated)
     app.include_router(seeing.public)
+    app.include_router(anthropic.router)  # its routes authenticate as the Messages API does
     return app
 
 

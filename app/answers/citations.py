@@ -24,10 +24,13 @@ _DOCUMENT_CITATIONS = frozenset(kind.citation_type for kind in all_kinds())
 
 def resolve_citation(
     citation: dict[str, Any],
-    documents: Sequence[DocumentIndex],
+    documents: Sequence[DocumentIndex | None],
     passages: Sequence[Passage] = (),
 ) -> dict[str, Any]:
-    """The citation with ``document_id``, ``span`` and ``verified`` added to its fields."""
+    """The citation with ``document_id``, ``span`` and ``verified`` added to its fields.
+
+    ``documents`` are the request's document blocks in order; None for one that is not a
+    stored document (a caller's own, in the Anthropic-compatible API): nothing to resolve."""
     resolved = {**citation, "document_id": None, "span": None, "verified": False}
     if citation.get("type") == "search_result_location":
         return _resolve_search_result(resolved, passages)
@@ -38,6 +41,8 @@ def resolve_citation(
         log.warning("citation points at document_index %r, out of range", index)
         return resolved
     document = documents[index]
+    if document is None:
+        return resolved
     resolved["document_id"] = document.document_id
     kind = kind_named(document.kind)
     if citation["type"] != kind.citation_type:
@@ -86,7 +91,7 @@ def _resolve_search_result(resolved: dict[str, Any], passages: Sequence[Passage]
 
 def build_segments(
     content: Sequence[dict[str, Any]],
-    documents: Sequence[DocumentIndex],
+    documents: Sequence[DocumentIndex | None],
     passages: Sequence[Passage] = (),
 ) -> tuple[str, list[dict[str, Any]]]:
     """The answer text and its segments: one per upstream text block, citations resolved."""

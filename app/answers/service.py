@@ -7,7 +7,7 @@ and build segments with ``build_segments``, so the same question gives the same 
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping, Sequence
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -27,6 +27,7 @@ from app.collections.service import collection_document_ids
 from app.conversations import service as conversations
 from app.db.models import Answer, Conversation, utcnow
 from app.db.tenancy import get_owned
+from app.documents.index import DocumentIndex
 from app.documents.pages import PdfPages
 from app.documents.pictures import lacks_boxes, with_boxes
 from app.documents.sources import (
@@ -43,7 +44,7 @@ from app.ids import new_id
 from app.observability import Metrics
 from app.search.service import Passage, search_collection_passages, search_passages
 from app.settings import Settings
-from app.upstream.client import UpstreamClient
+from app.upstream.client import Frame, UpstreamAnswer, UpstreamClient, UpstreamStream
 from app.upstream.errors import UpstreamError
 
 log = logging.getLogger(__name__)
@@ -68,7 +69,8 @@ class Prepared:
     id: str
     question: str
     conversation_id: str | None
-    sources: list[SourceDocument]
+    # The request's document blocks in order; None for one that is not a stored document.
+    sources: Sequence[SourceDocument | None]
     request: dict[str, Any]
     retrieval: dict[str, Any]  # as stored: mode, every passage sent, the first new one
     passages: list[Passage] = field(default_factory=list)  # every passage sent, in order
@@ -77,6 +79,11 @@ class Prepared:
     @property
     def documents(self) -> list[dict[str, Any]]:
         return describe_sources(self.sources)
+
+    @property
+    def indexes(self) -> list[DocumentIndex | None]:
+        """What each citation's ``document_index`` points at."""
+        return [None if source is None else source.index for source in self.sources]
 
 
 @dataclass(frozen=True, slots=True)
@@ -301,30 +308,43 @@ async def create_answer(
     """Ask the upstream, resolve every citation to a stored span, store the answer."""
     prepared = await _prepare(session, principal.tenant_id, body, context, claim=True)
     try:
-        await context.limits.check_tokens(principal)
-        reply = await context.upstream.create_message(prepared.request)
-        message = reply.message
-        usage = {
-            "input_tokens": message.usage.input_tokens,
-            "output_tokens": message.usage.output_tokens,
-            "cache_creation_input_tokens": message.usage.cache_creation_input_tokens or 0,
-            "cache_read_input_tokens": message.usage.cache_read_input_tokens or 0,
-        }
-        content = [block.model_dump(exclude_none=True) for block in message.content]
-        return await _store(
-            context,
-            principal,
-            prepared,
-            status="completed",
-            content=content,
-            model=message.model,
-            stop_reason=message.stop_reason,
-            usage=usage,
-            message_id=message.id,
-            request_id=reply.request_id,
-        )
+        answer, _ = await answer_prepared(context, principal, prepared)
+        return answer
     finally:
         await _release(context, prepared)
+
+
+async def answer_prepared(
+    context: AnswerContext,
+    principal: Principal,
+    prepared: Prepared,
+    headers: Mapping[str, str] | None = None,
+) -> tuple[Answer, UpstreamAnswer]:
+    """Send a prepared request (with these extra upstream headers), store the answer; the
+    stored answer and the upstream's reply."""
+    await context.limits.check_tokens(principal)
+    reply = await context.upstream.create_message(prepared.request, headers)
+    message = reply.message
+    usage = {
+        "input_tokens": message.usage.input_tokens,
+        "output_tokens": message.usage.output_tokens,
+        "cache_creation_input_tokens": message.usage.cache_creation_input_tokens or 0,
+        "cache_read_input_tokens": message.usage.cache_read_input_tokens or 0,
+    }
+    content = [block.model_dump(exclude_none=True) for block in message.content]
+    answer = await _store(
+        context,
+        principal,
+        prepared,
+        status="completed",
+        content=content,
+        model=message.model,
+        stop_reason=message.stop_reason,
+        usage=usage,
+        message_id=message.id,
+        request_id=reply.request_id,
+    )
+    return answer, reply
 
 
 async def open_stream(
@@ -333,16 +353,31 @@ async def open_stream(
     """Start a streamed answer. Everything that can fail before the first event (the checks,
     the upstream's HTTP status, retries) fails here, as an ordinary error response."""
     prepared = await _prepare(session, principal.tenant_id, body, context, claim=True)
+    return await open_relay(context, principal, prepared)
+
+
+async def open_relay(
+    context: AnswerContext,
+    principal: Principal,
+    prepared: Prepared,
+    headers: Mapping[str, str] | None = None,
+) -> RelayedAnswer:
+    """Open the upstream stream of a prepared request and read it up to ``message_start``;
+    an error before that (or the upstream ending first) is raised here."""
     stack = AsyncExitStack()
     try:
         await context.limits.check_tokens(principal)
         upstream = await stack.enter_async_context(
-            context.upstream.stream_message(prepared.request)
+            context.upstream.stream_message(prepared.request, headers)
         )
-        events = upstream.events()
-        answer = AnswerStream([source.index for source in prepared.sources], prepared.passages)
-        async for event in events:  # up to message_start: the upstream has begun
-            answer.feed(event)
+        frames = upstream.frames()
+        answer = AnswerStream(prepared.indexes, prepared.passages)
+        early: list[Frame] = []
+        async for frame in frames:  # up to message_start: the upstream has begun
+            if frame.type == "error":
+                raise upstream.error_of(frame)
+            early.append(frame)
+            answer.feed(frame.event)
             if answer.started:
                 break
         if not answer.started:
@@ -356,15 +391,17 @@ async def open_stream(
             await stack.aclose()
             await _release(context, prepared)
         raise
-    return RelayedAnswer(context, principal, prepared, stack, events, answer, upstream.request_id)
+    return RelayedAnswer(context, principal, prepared, stack, upstream, frames, early, answer)
 
 
 class RelayedAnswer:
     """A streamed answer on its way: its events, and ``close``, which stores what arrived.
 
-    ``close`` runs once, shielded from cancellation: it closes the upstream response (which
-    stops the upstream at once), stores the answer and frees the conversation. The relay calls
-    it when it ends; the response calls it again afterwards, for a stream that was never read.
+    ``events`` relays it as Citegate's events; ``frames`` as the upstream sent it (the
+    Anthropic-compatible API). ``close`` runs once, shielded from cancellation: it closes the
+    upstream response (which stops the upstream at once), stores the answer and frees the
+    conversation. The relay calls it when it ends; the response calls it again afterwards, for
+    a stream that was never read.
     """
 
     def __init__(
@@ -373,18 +410,27 @@ class RelayedAnswer:
         principal: Principal,
         prepared: Prepared,
         stack: AsyncExitStack,
-        upstream_events: AsyncIterator[dict[str, Any]],
+        upstream: UpstreamStream,
+        frames: AsyncIterator[Frame],
+        early: list[Frame],
         answer: AnswerStream,
-        request_id: str | None,
     ) -> None:
         self._context = context
         self._principal = principal
         self._prepared = prepared
         self._stack = stack
-        self._upstream_events = upstream_events
+        self._upstream = upstream
+        self._frames = frames
+        self._early = early  # read (and fed to ``answer``) before the relay began
         self._answer = answer
-        self._request_id = request_id
+        self._request_id = upstream.request_id
         self._closed = False
+        self.failure: CitegateError | None = None  # why ``frames`` ended early, if it did
+
+    @property
+    def request_id(self) -> str | None:
+        """The upstream's request id."""
+        return self._request_id
 
     async def close(self, status: str = "cancelled") -> Answer | None:
         """Store what arrived with this status; None when it was closed before."""
@@ -411,6 +457,14 @@ class RelayedAnswer:
                 await _release(self._context, self._prepared)
         return None  # only when the scope swallowed a cancellation meant for it
 
+    async def _upstream_events(self) -> AsyncIterator[dict[str, Any]]:
+        async for frame in self._frames:
+            if frame.type == "ping":
+                continue
+            if frame.type == "error":
+                raise self._upstream.error_of(frame)
+            yield frame.event
+
     async def events(self) -> AsyncIterator[Event]:
         """Relay the stream; end with ``answer.done``, or ``error`` and a failed answer."""
         prepared, answer = self._prepared, self._answer
@@ -425,22 +479,15 @@ class RelayedAnswer:
                     "documents": prepared.documents,
                 },
             )
-            async for event in self._upstream_events:
+            async for event in self._upstream_events():
                 for relayed in answer.feed(event):
                     yield relayed
-            if not answer.finished:
-                raise UpstreamError(
-                    "The upstream stream ended before the answer did.",
-                    code=ErrorCode.UPSTREAM_STREAM_INTERRUPTED,
-                    request_id=self._request_id,
-                )
+            self._check_finished()
         except UpstreamError as exc:
             failure = exc
         except Exception:
             log.exception("streamed answer %s broke", prepared.id)
-            failure = CitegateError(
-                "The answer could not be streamed.", code=ErrorCode.INTERNAL_ERROR
-            )
+            failure = _broken()
         except BaseException:
             # The client went away (cancelled) or stopped reading: keep what arrived.
             await self.close("cancelled")
@@ -451,6 +498,46 @@ class RelayedAnswer:
             yield ("error", problem_of(failure))
         elif stored is not None:
             yield ("answer.done", answer_payload(stored))
+
+    async def frames(self) -> AsyncGenerator[tuple[Frame, list[Event]], None]:
+        """The upstream's events as it sent them, pings and an error event included, each
+        with the Citegate events made of it. The answer is stored when they end: completed;
+        failed after an error event, or when the stream broke (``failure`` then says why);
+        cancelled when the client went away."""
+        answer = self._answer
+        failed = False
+        try:
+            for frame in self._early:
+                yield frame, []
+            async for frame in self._frames:
+                if frame.type == "error":
+                    failed = True
+                    yield frame, []
+                    break
+                yield frame, answer.feed(frame.event)
+            else:
+                self._check_finished()
+        except UpstreamError as exc:
+            self.failure = exc
+        except Exception:
+            log.exception("streamed answer %s broke", self._prepared.id)
+            self.failure = _broken()
+        except BaseException:
+            await self.close("cancelled")
+            raise
+        await self.close("failed" if failed or self.failure else "completed")
+
+    def _check_finished(self) -> None:
+        if not self._answer.finished:
+            raise UpstreamError(
+                "The upstream stream ended before the answer did.",
+                code=ErrorCode.UPSTREAM_STREAM_INTERRUPTED,
+                request_id=self._request_id,
+            )
+
+
+def _broken() -> CitegateError:
+    return CitegateError("The answer could not be streamed.", code=ErrorCode.INTERNAL_ERROR)
 
 
 _INSERT_ANSWER = insert(Answer)
@@ -470,9 +557,7 @@ async def _store(
     request_id: str | None,
 ) -> Answer:
     await context.limits.spend_tokens(principal, sum(usage.values()))
-    text, segments = build_segments(
-        content, [source.index for source in prepared.sources], prepared.passages
-    )
+    text, segments = build_segments(content, prepared.indexes, prepared.passages)
     if lacks_boxes(segments):
         async with context.sessions() as session:
             segments = await with_boxes(session, context.pages, segments)
@@ -482,7 +567,7 @@ async def _store(
         "conversation_id": prepared.conversation_id,
         "status": status,
         "question": prepared.question,
-        "system": prepared.request.get("system"),
+        "system": system_text(prepared.request.get("system")),
         "model": model,
         "max_tokens": prepared.request["max_tokens"],
         "stop_reason": stop_reason,
@@ -508,6 +593,19 @@ async def _store(
     ):
         context.metrics.unverified.inc()
     return answer
+
+
+def system_text(system: Any) -> str | None:
+    """A request's ``system`` as an answer stores it: its text, also when given as blocks."""
+    if isinstance(system, list):
+        system = "".join(
+            str(block.get("text") or "")
+            for block in system
+            if isinstance(block, dict) and block.get("type") == "text"
+        )
+    if not isinstance(system, str):
+        return None
+    return system.replace("\x00", "\ufffd")  # PostgreSQL text holds no NUL
 
 
 async def get_answer(session: AsyncSession, tenant_id: str, answer_id: str) -> Answer:

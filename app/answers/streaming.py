@@ -27,7 +27,7 @@ class AnswerStream:
     """Feeds on upstream events; says which Citegate events each one makes."""
 
     def __init__(
-        self, documents: Sequence[DocumentIndex], passages: Sequence[Passage] = ()
+        self, documents: Sequence[DocumentIndex | None], passages: Sequence[Passage] = ()
     ) -> None:
         self._documents = documents
         self._passages = passages

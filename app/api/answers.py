@@ -121,7 +121,7 @@ async def create_answer(
 ) -> Response:
     if body.stream:
         relayed = await service.open_stream(session, principal, body, context)
-        return _EventStream(
+        return EventStream(
             _server_sent(relayed.events()),
             ping=context.settings.sse_keepalive_seconds,
             send_timeout=context.settings.stream_send_timeout_seconds or None,
@@ -133,7 +133,7 @@ async def create_answer(
     return OrjsonResponse(service.answer_payload(answer))
 
 
-class _EventStream(EventSourceResponse):
+class EventStream(EventSourceResponse):
     """sse-starlette's response, with its send timeout kept by one timer per response instead
     of a cancel scope around each send: entering and leaving an anyio scope, with a deadline
     or without, is a sizeable share of what relaying an event costs.

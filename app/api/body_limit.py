@@ -10,8 +10,11 @@ from __future__ import annotations
 from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from app.errors import ErrorCode, problem_response
+from app.errors import ErrorRendering, PayloadTooLarge
 from app.settings import MIB, Settings
+
+# The routes whose body is a multipart upload of a document.
+UPLOAD_PATHS = ("/upload", "/anthropic/v1/files")
 
 
 def body_limits(settings: Settings) -> tuple[int, int]:
@@ -23,20 +26,21 @@ def body_limits(settings: Settings) -> tuple[int, int]:
 
 
 class DeclaredLengthLimit:
-    def __init__(self, app: ASGIApp, settings: Settings) -> None:
+    def __init__(self, app: ASGIApp, settings: Settings, rendering: ErrorRendering) -> None:
         self.app = app
         self.upload_limit, self.json_limit = body_limits(settings)
+        self.rendering = rendering
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
-            limit = self.upload_limit if scope["path"].endswith("/upload") else self.json_limit
+            path = scope["path"]
+            limit = self.upload_limit if path.endswith(UPLOAD_PATHS) else self.json_limit
             declared = Headers(scope=scope).get("content-length", "")
             if declared.isdigit() and int(declared) > limit:
-                response = problem_response(
-                    ErrorCode.PAYLOAD_TOO_LARGE,
+                error = PayloadTooLarge(
                     f"The request body is {declared} bytes; the limit is {limit}.",
                     headers={"Connection": "close"},
                 )
-                await response(scope, receive, send)
+                await self.rendering.response(path, error)(scope, receive, send)
                 return
         await self.app(scope, receive, send)

@@ -9,8 +9,9 @@ from fastapi import Depends, Query, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.auth.keys import Principal, authenticate
+from app.auth.keys import KeyCache, Principal, authenticate
 from app.auth.limits import KeyLimits
+from app.db.models import DEFAULT_TENANT_ID
 from app.documents.pages import PdfPages
 from app.documents.sources import SourceCache
 from app.errors import Unauthorized
@@ -62,6 +63,11 @@ async def require_principal(
         raise Unauthorized  # a header that is not "Bearer <key>"
     presented = credentials.credentials if credentials else None
     principal = await authenticate(session, presented, request.app.state.key_cache)
+    return await _admit(request, principal)
+
+
+async def _admit(request: Request, principal: Principal | None) -> Principal:
+    """The authenticated caller, counted against its key's limit; 401 for None."""
     if principal is None:
         raise Unauthorized
     request.state.tenant_id = principal.tenant_id  # for the request log; never the key
@@ -70,7 +76,25 @@ async def require_principal(
     return principal
 
 
+async def require_anthropic_principal(request: Request, session: SessionDep) -> Principal:
+    """The caller of the Anthropic-compatible API: the key of ``x-api-key`` (what the SDKs
+    send) or of ``Authorization: Bearer``. While no key exists the service is open, and an
+    SDK, which cannot send no key, is let in with whatever it sends."""
+    presented = request.headers.get("x-api-key")
+    if presented is None and (authorization := request.headers.get("authorization")):
+        scheme, _, credentials = authorization.partition(" ")
+        if scheme.lower() != "bearer" or not credentials.strip():
+            raise Unauthorized
+        presented = credentials.strip()
+    cache: KeyCache = request.app.state.key_cache
+    principal = await authenticate(session, presented, cache)
+    if principal is None and presented is not None and not await cache.any_key_exists(session):
+        principal = Principal(DEFAULT_TENANT_ID, None)
+    return await _admit(request, principal)
+
+
 PrincipalDep = Annotated[Principal, Depends(require_principal)]
+AnthropicPrincipalDep = Annotated[Principal, Depends(require_anthropic_principal)]
 
 
 async def _tenant_id(principal: PrincipalDep) -> str:
@@ -84,6 +108,7 @@ CursorQuery = Annotated[
 ]
 __all__ = [
     "DEFAULT_LIMIT",
+    "AnthropicPrincipalDep",
     "CursorQuery",
     "LimitQuery",
     "PdfPagesDep",
@@ -92,5 +117,6 @@ __all__ = [
     "SettingsDep",
     "SourceCacheDep",
     "TenantDep",
+    "require_anthropic_principal",
     "require_principal",
 ]

@@ -6,8 +6,9 @@ from pathlib import PurePosixPath, PureWindowsPath
 from typing import Annotated, Any
 from urllib.parse import quote
 
-from fastapi import APIRouter, Depends, File, Path, Request, Response, status
+from fastapi import APIRouter, Depends, File, Path, Request, Response, UploadFile, status
 from fastapi.exceptions import RequestValidationError
+from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.api.body_limit import body_limits
 from app.api.deps import (
@@ -130,20 +131,33 @@ async def upload_document(
     settings: SettingsDep,
     form: Annotated[DocumentUpload, File()],
 ) -> OrjsonResponse:
+    stored = await store_uploaded_file(
+        session, tenant_id, settings, form.file, title=form.title, context=form.context
+    )
+    return _stored_response(stored)
+
+
+async def store_uploaded_file(
+    session: AsyncSession,
+    tenant_id: str,
+    settings: Settings,
+    file: UploadFile,
+    *,
+    title: str | None = None,
+    context: str | None = None,
+) -> service.StoredDocument:
+    """Store an uploaded file as a document (413 over the configured size)."""
     max_bytes = settings.max_document_bytes
     limits = ParseOptions(
         max_rows=settings.max_sheet_rows, max_unpacked_bytes=settings.max_unpacked_bytes
     )
-    file = form.file
     if file.size is not None and file.size > max_bytes:
         await file.close()
         raise PayloadTooLarge(f"The document exceeds the limit of {max_bytes} bytes.")
     data = await file.read()
     await file.close()
-    fields = service.DocumentFields(
-        title=form.title, context=form.context, filename=_basename(file.filename)
-    )
-    stored = await service.store_upload(
+    fields = service.DocumentFields(title=title, context=context, filename=_basename(file.filename))
+    return await service.store_upload(
         session,
         tenant_id,
         data,
@@ -152,7 +166,6 @@ async def upload_document(
         declared_media_type=file.content_type,
         limits=limits,
     )
-    return _stored_response(stored)
 
 
 async def create_document(
@@ -215,6 +228,11 @@ async def get_document_content(
     document_id: DocumentId, session: SessionDep, tenant_id: TenantDep
 ) -> Response:
     document, data = await service.get_content(session, tenant_id, document_id)
+    return content_response(document, data)
+
+
+def content_response(document: Document, data: bytes) -> Response:
+    """A document's original bytes, with their media type, never run as a page of ours."""
     media_type = document.media_type
     if media_type.startswith("text/") and "charset=" not in media_type:
         media_type += "; charset=utf-8"

@@ -40,3 +40,30 @@ async def list_newest(
         query = query.where(model.id < decode_cursor(cursor))
     rows = (await session.scalars(query.order_by(model.id.desc()).limit(limit + 1))).all()
     return paginate(rows, limit, key=lambda row: row.id)
+
+
+async def list_around(
+    session: AsyncSession,
+    model: type[Owned],
+    tenant_id: str,
+    limit: int,
+    *,
+    before_id: str | None = None,
+    after_id: str | None = None,
+) -> tuple[list[Owned], bool]:
+    """A page of the tenant's rows, newest first, as the Messages API pages its lists: those
+    just after ``after_id`` (older), or just before ``before_id`` (newer); and whether there
+    are more beyond the page in that direction."""
+    query = select(model).where(model.tenant_id == tenant_id)
+    if before_id is not None:
+        query = query.where(model.id > before_id).order_by(model.id.asc())
+    else:
+        if after_id is not None:
+            query = query.where(model.id < after_id)
+        query = query.order_by(model.id.desc())
+    rows = list((await session.scalars(query.limit(limit + 1))).all())
+    more = len(rows) > limit
+    rows = rows[:limit]
+    if before_id is not None:
+        rows.reverse()
+    return rows, more

@@ -271,11 +271,13 @@ def _check_unique(document_ids: Sequence[str]) -> None:
         )
 
 
-def describe_sources(sources: Sequence[SourceDocument]) -> list[dict[str, Any]]:
-    """The documents of a question as an answer lists them, in the order sent."""
+def describe_sources(sources: Sequence[SourceDocument | None]) -> list[dict[str, Any]]:
+    """The documents of a question as an answer lists them, in the order sent; None stands
+    for a document block that is not a stored document (it keeps its place in the count)."""
     return [
         {"document_index": index, "document_id": source.document_id, "title": source.title}
         for index, source in enumerate(sources)
+        if source is not None
     ]
 
 

@@ -13,7 +13,7 @@ import email.utils
 import logging
 import math
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -55,6 +55,20 @@ class _RetryableStatus(Exception):
 class UpstreamAnswer:
     message: Message
     request_id: str | None
+    body: bytes = b""  # the response as the upstream sent it
+
+
+@dataclass(frozen=True, slots=True)
+class Frame:
+    """One server-sent event as the upstream sent it: its name, its data, the data parsed."""
+
+    name: str
+    data: str
+    event: dict[str, Any]
+
+    @property
+    def type(self) -> str:
+        return str(self.event.get("type") or self.name)
 
 
 def request_id_of(response: httpx.Response) -> str | None:
@@ -141,11 +155,15 @@ class UpstreamClient:
             reraise=True,
         )
 
-    async def create_message(self, body: dict[str, Any]) -> UpstreamAnswer:
-        response = await self._post("/v1/messages", body)
+    async def create_message(
+        self, body: dict[str, Any], headers: Mapping[str, str] | None = None
+    ) -> UpstreamAnswer:
+        """``headers``: the caller's ``anthropic-version`` and ``anthropic-beta``, if any."""
+        response = await self._post("/v1/messages", body, headers=headers)
         request_id = request_id_of(response)
         try:
-            return UpstreamAnswer(Message.model_validate_json(response.content), request_id)
+            message = Message.model_validate_json(response.content)
+            return UpstreamAnswer(message, request_id, response.content)
         except ValidationError as exc:
             log.warning("upstream answered a body that is not a message: %s", exc.errors()[:3])
             raise UpstreamError(
@@ -154,8 +172,10 @@ class UpstreamClient:
                 request_id=request_id,
             ) from exc
 
-    async def count_tokens(self, body: dict[str, Any]) -> int:
-        response = await self._post("/v1/messages/count_tokens", body)
+    async def count_tokens(
+        self, body: dict[str, Any], headers: Mapping[str, str] | None = None
+    ) -> int:
+        response = await self._post("/v1/messages/count_tokens", body, headers=headers)
         try:
             return TokenCount.model_validate_json(response.content).input_tokens
         except ValidationError as exc:
@@ -166,18 +186,28 @@ class UpstreamClient:
             ) from exc
 
     @asynccontextmanager
-    async def stream_message(self, body: dict[str, Any]) -> AsyncIterator[UpstreamStream]:
+    async def stream_message(
+        self, body: dict[str, Any], headers: Mapping[str, str] | None = None
+    ) -> AsyncIterator[UpstreamStream]:
         """A streamed answer. Retries happen only while opening, before any event is read."""
-        response = await self._post("/v1/messages", {**body, "stream": True}, stream=True)
+        response = await self._post(
+            "/v1/messages", {**body, "stream": True}, stream=True, headers=headers
+        )
         try:
             yield UpstreamStream(response)
         finally:
             await response.aclose()
 
-    async def _post(self, path: str, body: dict[str, Any], stream: bool = False) -> httpx.Response:
+    async def _post(
+        self,
+        path: str,
+        body: dict[str, Any],
+        stream: bool = False,
+        headers: Mapping[str, str] | None = None,
+    ) -> httpx.Response:
         endpoint = path.rsplit("/", 1)[-1]
         try:
-            response = await self._send(path, body, stream)
+            response = await self._send(path, body, stream, {**_JSON, **(headers or {})})
         except UpstreamError as exc:
             self._metrics.upstream_calls.labels(endpoint, exc.code).inc()
             note_upstream_request_id(exc.request_id)
@@ -186,13 +216,17 @@ class UpstreamClient:
         note_upstream_request_id(request_id_of(response))
         return response
 
-    async def _send(self, path: str, body: dict[str, Any], stream: bool) -> httpx.Response:
+    async def _send(
+        self, path: str, body: dict[str, Any], stream: bool, headers: dict[str, str]
+    ) -> httpx.Response:
         # orjson: documents make request bodies of megabytes; the json module is the bottleneck.
         content = orjson.dumps(body)
         try:
             async for attempt in self._retrying.copy():
                 with attempt:
-                    request = self._http.build_request("POST", path, content=content, headers=_JSON)
+                    request = self._http.build_request(
+                        "POST", path, content=content, headers=headers
+                    )
                     response = await self._http.send(request, stream=stream)
                     if response.status_code in RETRYABLE_STATUSES:
                         await _read_and_close(response)
@@ -237,14 +271,23 @@ _ERROR_STATUS = {
 
 
 class UpstreamStream:
-    """The events of a streamed answer, each parsed as JSON; pings and unknown types skipped
-    by the reader, errors raised as ``UpstreamError``."""
+    """The events of a streamed answer, each parsed as JSON: ``frames`` as they came, pings
+    and errors included; ``events`` with pings skipped and an error event raised as
+    ``UpstreamError``."""
 
     def __init__(self, response: httpx.Response) -> None:
         self._response = response
         self.request_id = request_id_of(response)
 
     async def events(self) -> AsyncIterator[dict[str, Any]]:
+        async for frame in self.frames():
+            if frame.type == "ping":
+                continue
+            if frame.type == "error":
+                raise self.error_of(frame)
+            yield frame.event
+
+    async def frames(self) -> AsyncIterator[Frame]:
         try:
             async for sse in EventSource(self._response).aiter_sse():
                 if not sse.data:
@@ -256,12 +299,7 @@ class UpstreamStream:
                     raise self._bad("an event that is not JSON") from exc
                 if not isinstance(event, dict):
                     raise self._bad("an event that is not an object")
-                kind = event.get("type") or sse.event
-                if kind == "ping":
-                    continue
-                if kind == "error":
-                    raise self._error_event(event)
-                yield event
+                yield Frame(sse.event, sse.data, event)
         except SSEError as exc:
             raise self._bad("something that is not an event stream") from exc
         except httpx.TimeoutException as exc:
@@ -284,19 +322,25 @@ class UpstreamStream:
             request_id=self.request_id,
         )
 
-    def _error_event(self, event: dict[str, Any]) -> UpstreamError:
-        error = event.get("error") if isinstance(event.get("error"), dict) else {}
+    def error_of(self, frame: Frame) -> UpstreamError:
+        """Our error for an ``error`` event of the stream."""
+        error = frame.event.get("error") if isinstance(frame.event.get("error"), dict) else {}
         assert isinstance(error, dict)
-        status = _ERROR_STATUS.get(str(error.get("type")), 500)
-        log.warning("upstream error event mid-stream: %s", error.get("type"))
-        return error_for_status(status, str(error.get("message", "")), self.request_id, None)
+        kind = str(error.get("type"))
+        status = _ERROR_STATUS.get(kind, 500)
+        log.warning("upstream error event mid-stream: %s", kind)
+        return error_for_status(
+            status, str(error.get("message", "")), self.request_id, None, upstream_type=kind
+        )
 
 
 def _error_from(response: httpx.Response) -> UpstreamError:
     message = ""
+    kind = None
     try:
         payload = response.json()
         message = str(payload["error"]["message"])
+        kind = str(payload["error"]["type"])
         request_id = request_id_of(response) or payload.get("request_id")
     except (ValueError, KeyError, TypeError):
         request_id = request_id_of(response)
@@ -306,6 +350,7 @@ def _error_from(response: httpx.Response) -> UpstreamError:
         message or response.reason_phrase,
         request_id,
         math.ceil(retry_after) if retry_after is not None else None,
+        upstream_type=kind,
     )
     log.warning(
         "upstream error %d (%s), request id %s", response.status_code, error.code, request_id

@@ -11,12 +11,25 @@ UpstreamError (CitegateError)      every one carries ``upstream_request_id`` whe
 ├── 422 upstream_rejected          upstream 400: e.g. the prompt is too long for the model
 └── 413 upstream_request_too_large upstream 413
 
-The status of each comes from its ``ErrorCode``.
+The status of each comes from its ``ErrorCode``. An error the upstream answered also keeps
+what it said (``Answered``: its status, error type and message), for the Anthropic-compatible
+routes, which pass the upstream's errors on as they came.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from app.errors import CitegateError, ErrorCode
+
+
+@dataclass(frozen=True, slots=True)
+class Answered:
+    """An error response of the upstream, as it came: status, error type, message."""
+
+    status: int
+    type: str
+    message: str
 
 
 class UpstreamError(CitegateError):
@@ -29,6 +42,7 @@ class UpstreamError(CitegateError):
         request_id: str | None = None,
         retry_after: int | None = None,
         code: ErrorCode | None = None,
+        answered: Answered | None = None,
     ) -> None:
         extra: dict[str, object] = {"upstream_request_id": request_id}
         headers = None
@@ -37,12 +51,29 @@ class UpstreamError(CitegateError):
             headers = {"Retry-After": str(retry_after)}
         super().__init__(detail, code=code, headers=headers, **extra)
         self.request_id = request_id
+        self.retry_after = retry_after
+        self.answered = answered
 
 
 def error_for_status(
+    status: int,
+    message: str,
+    request_id: str | None,
+    retry_after: int | None,
+    *,
+    upstream_type: str | None = None,
+) -> UpstreamError:
+    """Our error for an upstream HTTP error status (after any retries); ``upstream_type`` is
+    the error type the upstream named, when it named one."""
+    answered = None if upstream_type is None else Answered(status, upstream_type, message)
+    error = _error_for_status(status, message, request_id, retry_after)
+    error.answered = answered
+    return error
+
+
+def _error_for_status(
     status: int, message: str, request_id: str | None, retry_after: int | None
 ) -> UpstreamError:
-    """Our error for an upstream HTTP error status (after any retries)."""
     if status == 429:
         return UpstreamError(
             "The upstream API is rate limiting Citegate; retry later.",

@@ -12,7 +12,7 @@ from sse_starlette import EventSourceResponse
 from starlette.background import BackgroundTask
 from starlette.types import Message, Scope, Send
 
-from app.api.answers import _EventStream
+from app.api.answers import EventStream
 
 SCOPE: Scope = {"type": "http", "method": "POST", "path": "/v1/answers", "headers": []}
 BODY: Message = {"type": "http.response.body", "body": b"data: x\r\n\r\n", "more_body": True}
@@ -53,7 +53,7 @@ async def test_without_a_timeout_a_send_goes_straight_through() -> None:
     async def send(message: Message) -> None:
         sent.append(message)
 
-    await _EventStream(iter(()))._send_with_timeout(send, BODY)
+    await EventStream(iter(()))._send_with_timeout(send, BODY)
     assert sent == [BODY]
 
 
@@ -71,7 +71,7 @@ def stuck_after(messages: int, sent: list[Message]) -> Callable[[Message], Await
 async def test_a_send_that_waits_past_the_timeout_ends_the_stream() -> None:
     relay = Relay(events=1000)
     sent: list[Message] = []
-    response = _EventStream(
+    response = EventStream(
         relay.body(), send_timeout=0.05, ping=0, background=BackgroundTask(relay.background)
     )
     await serve(response, stuck_after(3, sent))
@@ -81,7 +81,7 @@ async def test_a_send_that_waits_past_the_timeout_ends_the_stream() -> None:
 
 async def test_a_stream_whose_client_never_takes_the_headers_still_runs_its_background() -> None:
     relay = Relay(events=10)
-    response = _EventStream(
+    response = EventStream(
         relay.body(), send_timeout=0.05, ping=0, background=BackgroundTask(relay.background)
     )
     await serve(response, stuck_after(0, []))
@@ -97,7 +97,7 @@ async def test_a_slow_client_that_keeps_reading_is_not_cut_off() -> None:
         await anyio.sleep(0.02)
         sent.append(message)
 
-    response = _EventStream(
+    response = EventStream(
         relay.body(), send_timeout=0.5, ping=0, background=BackgroundTask(relay.background)
     )
     await serve(response, slow)
@@ -112,7 +112,7 @@ async def test_a_slow_client_that_keeps_reading_is_not_cut_off() -> None:
 async def test_sse_starlettes_own_timeout_also_ends_the_stream_cleanly() -> None:
     """Should sse-starlette bypass the override, its SendTimeoutError is not a 500."""
 
-    class LibrarySends(_EventStream):
+    class LibrarySends(EventStream):
         _send_with_timeout = EventSourceResponse._send_with_timeout
 
     relay = Relay(events=1000)
@@ -124,7 +124,7 @@ async def test_sse_starlettes_own_timeout_also_ends_the_stream_cleanly() -> None
 
 
 FENCE = (
-    "sse-starlette changed: app.api.answers._EventStream overrides its private "
+    "sse-starlette changed: app.api.answers.EventStream overrides its private "
     "EventSourceResponse._send_with_timeout(self, send, message) to send events without a cancel "
     "scope each. "
 )
