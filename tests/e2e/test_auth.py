@@ -112,11 +112,14 @@ def call(
 ) -> httpx.Response:
     """The operation on these ids, with a valid body for it."""
     url = re.sub(r"\{([a-z_]+_id)\}", lambda m: ids[m.group(1)], path)
+    url = url.replace("{page_number}", "1")
     body: dict[str, Any] = {}
     if method == "POST" and path.endswith("/upload"):
         body["files"] = {"file": ("b.txt", b"Tenant B writes this.")}
     elif method == "POST" and path.startswith("/v1/documents"):
         body["json"] = {"source": {"type": "text", "data": "Tenant B writes this."}}
+    elif method == "POST" and path.endswith("/share-links"):
+        body["json"] = {"expires_in": 3600}
     elif method == "POST" and path.startswith("/v1/answers"):
         body["json"] = {"question": "What color?", "document_ids": [ids["document_id"]]}
     elif method == "POST" and path.startswith("/v1/conversations"):

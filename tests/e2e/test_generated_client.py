@@ -98,8 +98,11 @@ def run(command: list[str], **kwargs: Any) -> subprocess.CompletedProcess[str]:
 
 
 def generate(spec: Path, output: Path) -> str:
-    """Generate the client project; any warning fails (e.g. a schema it cannot express)."""
+    """Generate the client project; any warning fails (e.g. a schema it cannot express). Page
+    images (image/png) are bytes to the generator, as its documentation says to configure."""
     bin_dir = str(Path(sys.executable).parent)  # ruff, for the generator's post hooks
+    config = output.parent / "openapi-python-client.yaml"
+    config.write_text('content_type_overrides:\n  image/png: application/octet-stream\n')
     result = run(
         [
             sys.executable,
@@ -112,6 +115,8 @@ def generate(spec: Path, output: Path) -> str:
             str(output),
             "--meta",
             "setup",
+            "--config",
+            str(config),
             "--fail-on-warning",
         ],
         env={**os.environ, "PATH": bin_dir + os.pathsep + os.environ.get("PATH", "")},

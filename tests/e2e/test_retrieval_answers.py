@@ -127,6 +127,7 @@ def test_passages_go_upstream_as_search_results(api: httpx.Client, fake: FakeUps
         "end_page": None,
         "chunk_indices": [0],
         "locator": None,
+        "boxes": [],  # a text document's span has no boxes on a page
     }
     assert citation["search_result_index"] == 0  # the upstream's fields are kept
     assert api.get(f"/v1/answers/{answer['id']}").json() == answer
