@@ -7,7 +7,7 @@ and build segments with ``build_segments``, so the same question gives the same 
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -27,6 +27,7 @@ from app.collections.service import collection_document_ids
 from app.conversations import service as conversations
 from app.db.models import Answer, Conversation, utcnow
 from app.db.tenancy import get_owned
+from app.documents.index import DocumentIndex
 from app.documents.sources import (
     DocumentsTooLarge,
     SourceCache,
@@ -43,6 +44,7 @@ from app.search.service import Passage, search_collection_passages, search_passa
 from app.settings import Settings
 from app.upstream.client import UpstreamClient
 from app.upstream.errors import UpstreamError
+from app.upstream.wire import Message
 
 log = logging.getLogger(__name__)
 
@@ -283,6 +285,14 @@ async def _release(context: AnswerContext, prepared: Prepared) -> None:
             await conversations.release(context.sessions, prepared.conversation_id, prepared.claim)
 
 
+async def prepare(
+    session: AsyncSession, tenant_id: str, body: AnswerRequest, context: AnswerContext
+) -> Prepared:
+    """What ``create_answer`` checks and builds before it calls the upstream, for a question
+    that is not a follow-up (there is no conversation to claim): each question of a batch."""
+    return await _prepare(session, tenant_id, body, context, claim=False)
+
+
 async def count_tokens(
     session: AsyncSession, principal: Principal, body: AnswerRequest, context: AnswerContext
 ) -> int:
@@ -301,12 +311,7 @@ async def create_answer(
         await context.limits.check_tokens(principal)
         reply = await context.upstream.create_message(prepared.request)
         message = reply.message
-        usage = {
-            "input_tokens": message.usage.input_tokens,
-            "output_tokens": message.usage.output_tokens,
-            "cache_creation_input_tokens": message.usage.cache_creation_input_tokens or 0,
-            "cache_read_input_tokens": message.usage.cache_read_input_tokens or 0,
-        }
+        usage = usage_of(message)
         content = [block.model_dump(exclude_none=True) for block in message.content]
         return await _store(
             context,
@@ -467,12 +472,48 @@ async def _store(
     request_id: str | None,
 ) -> Answer:
     await context.limits.spend_tokens(principal, sum(usage.values()))
-    text, segments = build_segments(
-        content, [source.index for source in prepared.sources], prepared.passages
+    values = answer_values(
+        prepared,
+        principal.tenant_id,
+        status=status,
+        content=content,
+        model=model,
+        stop_reason=stop_reason,
+        usage=usage,
+        message_id=message_id,
+        request_id=request_id,
     )
-    values = {
+    # A Core insert: the ORM's unit of work costs more than the rest of storing the answer.
+    async with context.engine.begin() as connection:
+        await connection.execute(_INSERT_ANSWER, [values])
+    count_stored(context.metrics, values)
+    return Answer(**values)
+
+
+def answer_values(
+    prepared: Prepared,
+    tenant_id: str,
+    *,
+    status: str,
+    content: list[dict[str, Any]],
+    model: str,
+    stop_reason: str | None,
+    usage: dict[str, int],
+    message_id: str | None,
+    request_id: str | None,
+    batch_id: str | None = None,
+    documents: list[dict[str, Any]] | None = None,
+    indexes: Sequence[DocumentIndex] | None = None,
+) -> dict[str, Any]:
+    """The row of an answer to ``prepared`` from the upstream's content blocks, every citation
+    resolved. Pure: the same for an answer asked alone and for one of a batch, whose sources
+    are not held (``documents`` as described then, ``indexes`` to resolve against)."""
+    if indexes is None:
+        indexes = [source.index for source in prepared.sources]
+    text, segments = build_segments(content, indexes, prepared.passages)
+    return {
         "id": prepared.id,
-        "tenant_id": principal.tenant_id,
+        "tenant_id": tenant_id,
         "conversation_id": prepared.conversation_id,
         "status": status,
         "question": prepared.question,
@@ -482,26 +523,36 @@ async def _store(
         "stop_reason": stop_reason,
         "text": text,
         "segments": segments,
-        "documents": prepared.documents,
+        "documents": prepared.documents if documents is None else documents,
         "retrieval": prepared.retrieval,
         "usage": usage,
         "upstream_message_id": message_id,
         "upstream_request_id": request_id,
+        "batch_id": batch_id,
         "created_at": utcnow(),
     }
-    # A Core insert: the ORM's unit of work costs more than the rest of storing the answer.
-    async with context.engine.begin() as connection:
-        await connection.execute(_INSERT_ANSWER, [values])
-    answer = Answer(**values)
-    context.metrics.answers.labels(status).inc()
-    context.metrics.count_usage(usage)
+
+
+def usage_of(message: Message) -> dict[str, int]:
+    """An upstream message's usage as an answer stores it."""
+    return {
+        "input_tokens": message.usage.input_tokens,
+        "output_tokens": message.usage.output_tokens,
+        "cache_creation_input_tokens": message.usage.cache_creation_input_tokens or 0,
+        "cache_read_input_tokens": message.usage.cache_read_input_tokens or 0,
+    }
+
+
+def count_stored(metrics: Metrics, values: dict[str, Any]) -> None:
+    """Count a stored answer (its row's ``values``) in the metrics."""
+    metrics.answers.labels(values["status"]).inc()
+    metrics.count_usage(values["usage"])
     if any(
         not citation["verified"] and citation["document_id"] is not None
-        for segment in segments
+        for segment in values["segments"]
         for citation in segment["citations"]
     ):
-        context.metrics.unverified.inc()
-    return answer
+        metrics.unverified.inc()
 
 
 async def get_answer(session: AsyncSession, tenant_id: str, answer_id: str) -> Answer:
