@@ -176,9 +176,9 @@ class FakeUpstream:
 
     async def _record(self, request: Request) -> dict[str, Any]:
         raw = await request.body()
-        body = json.loads(raw) if raw else {}
+        body: dict[str, Any] = json.loads(raw) if raw else {}
         self.requests.append(Recorded(request.url.path, dict(request.headers), body))
-        return body  # type: ignore[no-any-return]
+        return body
 
     async def _create_batch(self, request: Request) -> Response:
         body = await self._record(request)

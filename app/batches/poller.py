@@ -139,7 +139,8 @@ class BatchPoller:
                 await self._store_results(batch)
                 await self._end(batch.id)
                 return
-            status = "canceling" if upstream.processing_status == "canceling" else batch.status
+            # Only ever to canceling: a cancel asked meanwhile must not be overwritten.
+            status = "canceling" if upstream.processing_status == "canceling" else None
             await self._release(batch.id, batch.polls_unchanged + 1, status)
         except LeaseLost:
             log.warning("answer batch %s was taken by another process", batch_id)

@@ -6,18 +6,22 @@ from __future__ import annotations
 
 import asyncio
 import time
-from datetime import datetime
 from collections.abc import Iterator
+from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
+from pydantic import SecretStr
 from sqlalchemy import text
 from sqlalchemy.pool import NullPool
 
+from app.batches.poller import RESULTS_PER_TRANSACTION
 from app.db.engine import create_engine
 from app.settings import Settings
-from tests.conftest import Served, ServedApp, behind
+from tests.conftest import Served, ServedApp, behind, free_port
+from tests.e2e.test_shutdown import CitegateProcess
 from tests.fake_upstream import GRASS, GRASS_ANSWER, FakeUpstream, Reply, message
 from tests.fixture_files import CORPUS
 
@@ -121,7 +125,7 @@ def test_a_batch_mixing_good_and_bad_requests_answers_as_create_answer_does(
         "/v1/documents/upload",
         files={"file": ("scan.pdf", (CORPUS / "imagemagick-images.pdf").read_bytes())},
     ).json()["id"]
-    questions = [
+    questions: list[dict[str, Any]] = [
         {"custom_id": "grass", "question": "What color is the grass?", "document_ids": [grass]},
         {"custom_id": "unknown", "question": "Q?", "document_ids": [grass, "doc_missing"]},
         {"custom_id": "sea", "question": "Is the sea salty?", "document_ids": [grass, sea]},
@@ -326,19 +330,87 @@ def test_two_replicas_store_each_result_once(
     settings: Settings, fake: FakeUpstream, client: httpx.Client, database_url: str
 ) -> None:
     fake.reset(Reply(200, message([])))
-    with behind(settings, fake, **FAST) as first, behind(settings, fake, **FAST) as second:
-        with httpx.Client(base_url=first.base_url, timeout=60) as api:
-            grass = store_text(api, GRASS, "Colours")
-            one = {"question": "Q?", "document_ids": [grass]}
-            ids = []
-            for n in range(3):
-                fake.new_batch = {"polls_before_end": n}
-                requests = [{"custom_id": f"q{i}", **one} for i in range(50)]
-                ids.append(api.post("/v1/answer-batches", json={"requests": requests}).json()["id"])
-            with httpx.Client(base_url=second.base_url, timeout=60) as other:
-                for batch_id in ids:
-                    assert wait_ended(other, batch_id)["request_counts"]["succeeded"] == 50
+    replicas = behind(settings, fake, **FAST), behind(settings, fake, **FAST)
+    with (
+        replicas[0] as first,
+        replicas[1] as second,
+        httpx.Client(base_url=first.base_url, timeout=60) as api,
+        httpx.Client(base_url=second.base_url, timeout=60) as other,
+    ):
+        grass = store_text(api, GRASS, "Colours")
+        one = {"question": "Q?", "document_ids": [grass]}
+        ids = []
+        for n in range(3):
+            fake.new_batch = {"polls_before_end": n}
+            requests = [{"custom_id": f"q{i}", **one} for i in range(50)]
+            ids.append(api.post("/v1/answer-batches", json={"requests": requests}).json()["id"])
+        for batch_id in ids:  # read through the other replica
+            assert wait_ended(other, batch_id)["request_counts"]["succeeded"] == 50
     for batch_id in ids:
         assert count_batch_answers(database_url, batch_id) == (50, 50)
     for upstream_id in fake.batches:
         assert fake.paths().count(f"/v1/messages/batches/{upstream_id}/results") == 1
+
+
+@pytest.fixture
+def lone_fake() -> Iterator[FakeUpstream]:
+    """A fake upstream of its own, for a Citegate process."""
+    fake = FakeUpstream()
+    with Served(fake.app) as served:
+        fake.base_url = served.base_url
+        yield fake
+        served.server.force_exit = True  # do not wait for a results file still held
+
+
+def test_a_process_killed_while_storing_results_is_finished_by_the_next(
+    tmp_path: Path, lone_fake: FakeUpstream
+) -> None:
+    env = {
+        "ANTHROPIC_API_KEY": "sk-ant-dummy-for-tests",
+        "ANTHROPIC_BASE_URL": lone_fake.base_url,
+        "CITEGATE_BATCH_POLL_SECONDS": "0.05",
+        "CITEGATE_BATCH_POLL_MAX_SECONDS": "0.2",
+        "CITEGATE_BATCH_LEASE_SECONDS": "1",
+    }
+    database_url = f"sqlite+aiosqlite:///{tmp_path}/served/citegate.db"
+    count = 2 * RESULTS_PER_TRANSACTION
+    # The results file stops after one transaction's worth and a bit, for a minute, once.
+    lone_fake.new_batch = {"hold_after": RESULTS_PER_TRANSACTION + 50, "hold_seconds": 60}
+
+    port = free_port()
+    base_url = f"http://127.0.0.1:{port}"
+    first = CitegateProcess(tmp_path, ["serve", "--port", str(port)], env)
+    try:
+        first.wait_until_healthy(base_url)
+        with httpx.Client(base_url=base_url, timeout=60) as api:
+            grass = store_text(api, GRASS, "Colours")
+            one = {"question": "Q?", "document_ids": [grass]}
+            requests = [{"custom_id": f"q{n}", **one} for n in range(count)]
+            created = api.post("/v1/answer-batches", json={"requests": requests})
+            assert created.status_code == 201, created.text
+        batch_id = created.json()["id"]
+        deadline = time.monotonic() + 60
+        while count_batch_answers(database_url, batch_id)[0] < RESULTS_PER_TRANSACTION:
+            assert time.monotonic() < deadline, first.output
+            time.sleep(0.05)
+    finally:
+        first.stop()  # SIGKILL: no shutdown of any kind
+    stored = RESULTS_PER_TRANSACTION
+    assert count_batch_answers(database_url, batch_id) == (stored, stored)
+
+    # Started again (in this process, to save a second start-up): it takes the lease the
+    # killed one left once it runs out, and stores the rest.
+    again = Settings(
+        database_url=database_url,
+        anthropic_api_key=SecretStr(env["ANTHROPIC_API_KEY"]),
+        anthropic_base_url=lone_fake.base_url,
+        **FAST,  # type: ignore[arg-type]
+    )
+    with ServedApp(again) as second, httpx.Client(base_url=second.base_url, timeout=60) as api:
+        batch = wait_ended(api, batch_id)
+        assert batch["request_counts"]["succeeded"] == count
+        results = all_results(api, batch_id)
+    assert [result["custom_id"] for result in results] == [f"q{n}" for n in range(count)]
+    assert count_batch_answers(database_url, batch_id) == (count, count)
+    [upstream] = lone_fake.batches.values()
+    assert lone_fake.paths().count(f"/v1/messages/batches/{upstream.id}/results") == 2
