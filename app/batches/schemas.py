@@ -63,16 +63,16 @@ class AnswerBatchOut(BaseModel):
             "examples": [
                 {
                     "id": "batch_01jf3k2m4n5p",
-                    "status": "in_progress",
+                    "status": "ended",
                     "request_counts": {
-                        "processing": 99,
-                        "succeeded": 0,
+                        "processing": 0,
+                        "succeeded": 99,
                         "errored": 1,
                         "canceled": 0,
                         "expired": 0,
                     },
                     "created_at": "2025-01-01T12:00:00Z",
-                    "ended_at": None,
+                    "ended_at": "2025-01-01T12:40:00Z",
                     "expires_at": "2025-01-02T12:00:00Z",
                 }
             ]

@@ -182,7 +182,10 @@ async def store_batch(
         "lease_owner": None,
         "lease_until": None,
     }
-    rows = [_request_row(batch_id, position, q) for position, q in enumerate(questions)]
+    rows = [
+        _request_row(batch_id, principal.tenant_id, position, question)
+        for position, question in enumerate(questions)
+    ]
     try:
         async with context.engine.begin() as connection:
             await connection.execute(insert(AnswerBatch), [batch])
@@ -206,11 +209,14 @@ async def _cancel_quietly(context: AnswerContext, upstream_id: str) -> None:
         log.warning("upstream batch %s was not stored and could not be cancelled", upstream_id)
 
 
-def _request_row(batch_id: str, position: int, question: BatchQuestion) -> dict[str, Any]:
+def _request_row(
+    batch_id: str, tenant_id: str, position: int, question: BatchQuestion
+) -> dict[str, Any]:
     prepared = question.prepared
     if prepared is None:
         return {
             "batch_id": batch_id,
+            "tenant_id": tenant_id,
             "position": position,
             "custom_id": question.custom_id,
             "status": "errored",
@@ -226,6 +232,7 @@ def _request_row(batch_id: str, position: int, question: BatchQuestion) -> dict[
         }
     return {
         "batch_id": batch_id,
+        "tenant_id": tenant_id,
         "position": position,
         "custom_id": question.custom_id,
         "status": PENDING,

@@ -252,6 +252,7 @@ class AnswerBatchRequest(Base):
         ForeignKey("answer_batches.id", ondelete="CASCADE"), primary_key=True
     )
     position: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
+    tenant_id: Mapped[str] = mapped_column(ForeignKey("tenants.id"), index=True)
     custom_id: Mapped[str] = mapped_column(String(64))
     status: Mapped[str] = mapped_column(String(16))
     answer_id: Mapped[str] = mapped_column(String(40))

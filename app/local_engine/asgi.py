@@ -138,7 +138,7 @@ def create_local_engine_app(
     async def batch_results(request: Request) -> Response:
         lines = queued.results(request.path_params["batch_id"])
         first = next(lines, b"")  # errors before the status line is sent
-        return StreamingResponse(_chain(first, lines), media_type="application/binary"  )
+        return StreamingResponse(_chain(first, lines), media_type="application/binary")
 
     batch_routes = [
         ("/v1/messages/batches", create_batch, "POST"),

@@ -49,6 +49,7 @@ def upgrade() -> None:
         "answer_batch_requests",
         sa.Column("batch_id", sa.String(length=40), nullable=False),
         sa.Column("position", sa.Integer(), autoincrement=False, nullable=False),
+        sa.Column("tenant_id", sa.String(length=40), nullable=False),
         sa.Column("custom_id", sa.String(length=64), nullable=False),
         sa.Column("status", sa.String(length=16), nullable=False),
         sa.Column("answer_id", sa.String(length=40), nullable=False),
@@ -66,10 +67,19 @@ def upgrade() -> None:
             name=op.f("fk_answer_batch_requests_batch_id_answer_batches"),
             ondelete="CASCADE",
         ),
+        sa.ForeignKeyConstraint(
+            ["tenant_id"], ["tenants.id"], name=op.f("fk_answer_batch_requests_tenant_id_tenants")
+        ),
         sa.PrimaryKeyConstraint("batch_id", "position", name=op.f("pk_answer_batch_requests")),
         sa.UniqueConstraint(
             "batch_id", "custom_id", name=op.f("uq_answer_batch_requests_batch_id_custom_id")
         ),
+    )
+    op.create_index(
+        op.f("ix_answer_batch_requests_tenant_id"),
+        "answer_batch_requests",
+        ["tenant_id"],
+        unique=False,
     )
     with op.batch_alter_table("answers", schema=None) as batch_op:
         batch_op.add_column(sa.Column("batch_id", sa.String(length=40), nullable=True))
@@ -90,6 +100,7 @@ def downgrade() -> None:
         )
         batch_op.drop_index(batch_op.f("ix_answers_batch_id"))
         batch_op.drop_column("batch_id")
+    op.drop_index(op.f("ix_answer_batch_requests_tenant_id"), table_name="answer_batch_requests")
     op.drop_table("answer_batch_requests")
     op.drop_index(op.f("ix_answer_batches_next_poll_at"), table_name="answer_batches")
     op.drop_index(op.f("ix_answer_batches_tenant_id"), table_name="answer_batches")
