@@ -142,8 +142,10 @@ async def _prepare(
                 if answer.status == "completed" and assistant_blocks(answer.segments)
             ]
         mode, sources, passages = await _ground(session, tenant_id, body.question, target, context)
-        # End the read transaction: no connection is held while the upstream answers.
-        await session.commit()
+        # End the read transaction: no connection is held while the upstream answers. (Whether
+        # one began: questions about recently read documents do not touch the database.)
+        if session.in_transaction():
+            await session.commit()
         request = build_message_request(
             [source.prompt for source in sources],
             body.question,

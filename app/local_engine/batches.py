@@ -20,6 +20,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import anyio.to_thread
+import msgspec
 import orjson
 
 from app.local_engine.api_error import ApiError, InvalidRequestError
@@ -40,7 +41,7 @@ class BatchRequest:
     """One request of a batch: its custom_id and its parameters, as JSON."""
 
     custom_id: str
-    params: bytes | None  # None once answered
+    params: msgspec.Raw | bytes | None  # JSON; None once answered
 
 
 @dataclass
@@ -191,7 +192,7 @@ class LocalBatches:
         for request in requests:
             assert request.params is not None
             try:
-                parsed = parse_create_request(request.params, version)
+                parsed = parse_create_request(bytes(request.params), version)
                 message = self._engine.create_message_blocking(parsed)
                 result: dict[str, Any] = {
                     "type": "succeeded",
@@ -227,15 +228,29 @@ class LocalBatches:
 _COUNTS = ("processing", "succeeded", "errored", "canceled", "expired")
 
 
+class _Item(msgspec.Struct, forbid_unknown_fields=True):
+    custom_id: str
+    params: msgspec.Raw  # the request's JSON, never decoded here: a view into the body
+
+
+class _Body(msgspec.Struct, forbid_unknown_fields=True):
+    requests: list[_Item]
+
+
 def parse_batch_requests(body: bytes) -> list[BatchRequest]:
     """The requests of ``{"requests": [{"custom_id", "params"}]}``; 400 for a batch the API
-    refuses whole. Blocking (a body of up to 256 MB)."""
+    refuses whole. Blocking (a body of up to 256 MB).
+
+    Each request's parameters stay the bytes they were sent as (msgspec's ``Raw``), decoded
+    one at a time as they are answered: decoding a whole batch at once would hold every
+    request's documents as objects together.
+    """
     try:
-        data = orjson.loads(body)
-    except orjson.JSONDecodeError:
-        raise InvalidRequestError("The request body is not valid JSON.") from None
-    requests = data.get("requests") if isinstance(data, dict) else None
-    if not isinstance(requests, list) or not requests:
+        decoded = msgspec.json.decode(body, type=_Body)
+    except msgspec.DecodeError as exc:
+        raise InvalidRequestError(f"The request body is not a valid batch: {exc}") from None
+    requests = decoded.requests
+    if not requests:
         raise InvalidRequestError("requests: a list of at least one request is required")
     if len(requests) > MAX_BATCH_REQUESTS:
         raise InvalidRequestError(f"requests: a batch takes at most {MAX_BATCH_REQUESTS} requests")
@@ -243,17 +258,15 @@ def parse_batch_requests(body: bytes) -> list[BatchRequest]:
     seen: set[str] = set()
     for number, request in enumerate(requests):
         where = f"requests.{number}"
-        if not isinstance(request, dict) or set(request) != {"custom_id", "params"}:
-            raise InvalidRequestError(f"{where}: custom_id and params are required, and only they")
-        custom_id, params = request["custom_id"], request["params"]
-        if not isinstance(custom_id, str) or not _CUSTOM_ID.fullmatch(custom_id):
+        custom_id = request.custom_id
+        if not _CUSTOM_ID.fullmatch(custom_id):
             raise InvalidRequestError(
                 f"{where}.custom_id: String should match pattern '^[a-zA-Z0-9_-]{{1,64}}$'"
             )
         if custom_id in seen:
             raise InvalidRequestError(f"{where}.custom_id: {custom_id!r} is used more than once")
-        if not isinstance(params, dict):
+        if not bytes(memoryview(request.params)[:1]).startswith(b"{"):
             raise InvalidRequestError(f"{where}.params: Input should be an object")
         seen.add(custom_id)
-        parsed.append(BatchRequest(custom_id, orjson.dumps(params)))
+        parsed.append(BatchRequest(custom_id, request.params))
     return parsed
