@@ -363,16 +363,16 @@ def lone_fake() -> Iterator[FakeUpstream]:
 
 
 def test_a_process_killed_while_storing_results_is_finished_by_the_next(
-    tmp_path: Path, lone_fake: FakeUpstream
+    tmp_path: Path, lone_fake: FakeUpstream, client: httpx.Client, database_url: str
 ) -> None:
     env = {
+        "CITEGATE_DATABASE_URL": database_url,  # the suite's: SQLite or PostgreSQL
         "ANTHROPIC_API_KEY": "sk-ant-dummy-for-tests",
         "ANTHROPIC_BASE_URL": lone_fake.base_url,
         "CITEGATE_BATCH_POLL_SECONDS": "0.05",
         "CITEGATE_BATCH_POLL_MAX_SECONDS": "0.2",
         "CITEGATE_BATCH_LEASE_SECONDS": "1",
     }
-    database_url = f"sqlite+aiosqlite:///{tmp_path}/served/citegate.db"
     count = 2 * RESULTS_PER_TRANSACTION
     # The results file stops after one transaction's worth and a bit, for a minute, once.
     lone_fake.new_batch = {"hold_after": RESULTS_PER_TRANSACTION + 50, "hold_seconds": 60}
