@@ -98,6 +98,7 @@ class FakeBatch:
     canceled: bool = False
     hold_after: int | None = None
     hold_seconds: float = 0.0
+    expires_at: str = "2026-12-02T09:00:00Z"
     polls: int = 0
 
     @property
@@ -120,7 +121,7 @@ class FakeBatch:
                 "expired": 0,
             },
             "created_at": "2026-12-01T09:00:00Z",
-            "expires_at": "2026-12-02T09:00:00Z",
+            "expires_at": self.expires_at,
             "ended_at": "2026-12-01T09:05:00Z" if ended else None,
             "cancel_initiated_at": "2026-12-01T09:01:00Z" if self.canceled else None,
             "archived_at": None,

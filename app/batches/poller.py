@@ -67,7 +67,7 @@ class BatchPoller:
         self._settings = context.settings
         self._metrics = context.metrics
         self._clock = clock
-        self.owner = f"{secrets.token_hex(8)}"
+        self.owner = secrets.token_hex(8)  # this process, in the lease
         self._woken = asyncio.Event()
 
     def wake(self) -> None:
@@ -117,6 +117,7 @@ class BatchPoller:
             .where(
                 AnswerBatch.id == batch_id,
                 AnswerBatch.status != "ended",
+                AnswerBatch.next_poll_at <= now,  # not polled meanwhile by another process
                 or_(AnswerBatch.lease_until.is_(None), AnswerBatch.lease_until < now),
             )
             .values(lease_owner=self.owner, lease_until=self._lease_end())
@@ -139,6 +140,9 @@ class BatchPoller:
                 await self._store_results(batch)
                 await self._end(batch.id)
                 return
+            if self._overdue(batch):
+                await self._end(batch.id, "expired", None)
+                return
             # Only ever to canceling: a cancel asked meanwhile must not be overwritten.
             status = "canceling" if upstream.processing_status == "canceling" else None
             await self._release(batch.id, batch.polls_unchanged + 1, status)
@@ -150,10 +154,15 @@ class BatchPoller:
             else:  # the database, or a bug: logged whole
                 log.exception("polling answer batch %s failed", batch_id)
             self._metrics.batch_poll_errors.inc()
-            if self._clock() > batch.expires_at + EXPIRY_GRACE:
+            if self._overdue(batch):
                 await self._end(batch.id, "expired", None)
             else:
                 await self._release(batch.id, batch.polls_unchanged + 1, None)
+
+    def _overdue(self, batch: Any) -> bool:
+        """The upstream should have ended the batch long ago: it is given up."""
+        overdue: bool = self._clock() > batch.expires_at + EXPIRY_GRACE
+        return overdue
 
     async def _release(self, batch_id: str, polls_unchanged: int, status: str | None) -> None:
         """Give the batch back until its next poll, later and later while it is unchanged."""

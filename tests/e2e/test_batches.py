@@ -326,6 +326,22 @@ def test_an_expired_batch(settings: Settings, client: httpx.Client) -> None:
         assert {r["status"] for r in all_results(api, created["id"])} == {"expired"}
 
 
+def test_a_batch_the_upstream_never_ends_is_given_up_after_it_expires(
+    fake_api: httpx.Client, fake: FakeUpstream
+) -> None:
+    grass = store_text(fake_api, GRASS, "Colours")
+    fake.new_batch = {"polls_before_end": 10**6, "expires_at": "2020-01-01T00:00:00Z"}
+    one = {"question": "Q?", "document_ids": [grass]}
+    requests = [{"custom_id": c, **one} for c in ("a", "b")]
+    created = fake_api.post("/v1/answer-batches", json={"requests": requests}).json()
+    assert created["expires_at"] == "2020-01-01T00:00:00Z"  # the upstream's
+    batch = wait_ended(fake_api, created["id"])
+    assert batch["request_counts"]["expired"] == 2
+    assert {r["status"] for r in all_results(fake_api, created["id"])} == {"expired"}
+    [upstream] = fake.batches.values()
+    assert f"/v1/messages/batches/{upstream.id}/results" not in fake.paths()
+
+
 def test_two_replicas_store_each_result_once(
     settings: Settings, fake: FakeUpstream, client: httpx.Client, database_url: str
 ) -> None:
