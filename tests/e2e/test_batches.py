@@ -36,8 +36,10 @@ FAST = {
 _PER_ASKING = ("id", "created_at", "upstream", "usage")
 
 
-@pytest.fixture(scope="module")
-def local(settings: Settings) -> Iterator[Served]:
+# Each test serves its own apps: every app polls the batches of the one database, and one whose
+# upstream does not know a batch would compete for it with the apps of the test that made it.
+@pytest.fixture
+def local(settings: Settings, client: httpx.Client) -> Iterator[Served]:
     """Citegate with the local engine, polling fast."""
     with ServedApp(settings.model_copy(update=FAST)) as app:
         yield app
@@ -49,8 +51,8 @@ def api(client: httpx.Client, local: Served) -> Iterator[httpx.Client]:
         yield http
 
 
-@pytest.fixture(scope="module")
-def faked(settings: Settings, fake: FakeUpstream) -> Iterator[Served]:
+@pytest.fixture
+def faked(settings: Settings, fake: FakeUpstream, client: httpx.Client) -> Iterator[Served]:
     """Citegate behind the fake upstream, polling fast."""
     with behind(settings, fake, **FAST) as app:
         yield app
