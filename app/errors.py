@@ -196,6 +196,18 @@ class ErrorCode(StrEnum):
         409,
         "a follow-up while the conversation answers another",
     )
+    # Answer batches
+    ANSWER_BATCH_NOT_FOUND = "answer_batch_not_found", 404, "an unknown answer batch id"
+    DUPLICATE_CUSTOM_IDS = (
+        "duplicate_custom_ids",
+        422,
+        "a batch uses a `custom_id` for more than one request",
+    )
+    BATCH_TOO_LARGE = (
+        "batch_too_large",
+        413,
+        "a batch whose requests, as sent upstream, are over the Messages API's 256 MB",
+    )
     # The upstream Messages API
     UPSTREAM_REJECTED = (
         "upstream_rejected",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 import logging
 from collections.abc import AsyncIterator
@@ -12,19 +13,30 @@ import httpx
 from fastapi import Depends, FastAPI
 
 from app.answers.service import AnswerContext
-from app.api import answers, anthropic, collections, conversations, health, search, seeing
+from app.api import (
+    answers,
+    anthropic,
+    batches,
+    collections,
+    conversations,
+    health,
+    search,
+    seeing,
+)
 from app.api.body_limit import DeclaredLengthLimit
 from app.api.deps import require_principal
 from app.api.documents import documents_router
 from app.api.request_id import RequestIdMiddleware
 from app.auth import keys
 from app.auth.limits import KeyLimits
+from app.batches.poller import BatchPoller
 from app.compat import errors as compat_errors
 from app.db.engine import create_engine, create_session_factory
 from app.documents.pages import PdfPages
 from app.documents.sources import SourceCache
 from app.errors import ErrorRendering, install_error_handlers
-from app.local_engine import create_local_engine_app
+from app.local_engine import LocalEngine, create_local_engine_app
+from app.local_engine.batches import LocalBatches
 from app.observability import Metrics, RequestObserver, metrics_endpoint
 from app.settings import Settings
 from app.upstream.client import UpstreamClient, create_http_client
@@ -49,9 +61,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.state.sessions = create_session_factory(engine)
         await _check_auth(app, settings)
         transport = None
+        local_batches = None
         if settings.upstream_name == "local":
             log.warning("no ANTHROPIC_API_KEY: questions are answered by the local engine")
-            transport = httpx.ASGITransport(app=create_local_engine_app())
+            local = LocalEngine()
+            local_batches = LocalBatches(local, lifetime=settings.local_batch_lifetime_seconds)
+            transport = httpx.ASGITransport(app=create_local_engine_app(local, local_batches))
         http = create_http_client(settings, transport)
         app.state.answer_context = AnswerContext(
             upstream=UpstreamClient(http, settings, metrics),
@@ -67,10 +82,20 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         gc.freeze()
         gc.set_threshold(*GC_THRESHOLDS)
         watcher = asyncio.create_task(metrics.watch_event_loop())
+        app.state.batch_poller = BatchPoller(app.state.answer_context)
+        poller = None
+        if settings.batch_poller:
+            poller = asyncio.create_task(app.state.batch_poller.run())
         try:
             yield
         finally:
             watcher.cancel()
+            if poller is not None:
+                poller.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await poller  # a chunk of results being stored is rolled back, whole
+            if local_batches is not None:
+                await local_batches.aclose()
             await http.aclose()
             app.state.key_limits.close()
             await engine.dispose()
@@ -104,6 +129,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(seeing.api, dependencies=authenticated)
     app.include_router(seeing.public)
     app.include_router(anthropic.router)  # its routes authenticate as the Messages API does
+    app.include_router(batches.router, dependencies=authenticated)
     return app
 
 

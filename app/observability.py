@@ -14,7 +14,7 @@ import time
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.multiprocess import MultiProcessCollector
 from pythonjsonlogger.json import JsonFormatter
 from starlette.requests import Request
@@ -114,6 +114,24 @@ class Metrics:
             "Limit checks and token spends let through uncounted because the rate-limit "
             "store could not answer, by limit (requests or tokens).",
             ["limit"],
+            registry=r,
+        )
+        self.batches = Gauge(
+            "citegate_answer_batches",
+            "Answer batches in the database by status, as this process last counted them.",
+            ["status"],
+            registry=r,
+        )
+        self.batch_results = Counter(
+            "citegate_answer_batch_results",
+            "Results of answer batches stored, by outcome (succeeded, errored, canceled, expired).",
+            ["outcome"],
+            registry=r,
+        )
+        self.batch_poll_errors = Counter(
+            "citegate_answer_batch_poll_errors",
+            "Polls of an answer batch that failed (the upstream or the database); retried "
+            "with backoff.",
             registry=r,
         )
         self.unverified = Counter(

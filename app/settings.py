@@ -129,6 +129,33 @@ class Settings(BaseSettings):
         "cannot take every slot.",
     )
 
+    batch_poller: bool = Field(
+        default=True,
+        description="Whether this process polls the open answer batches (any number of "
+        "replicas may; each batch is polled by one at a time).",
+    )
+    batch_poll_seconds: float = Field(
+        default=10.0,
+        gt=0,
+        description="How soon an open answer batch is first polled upstream; each poll that "
+        "finds it unchanged doubles the wait, up to `batch_poll_max_seconds`.",
+    )
+    batch_poll_max_seconds: float = Field(
+        default=300.0, gt=0, description="The longest wait between two polls of a batch."
+    )
+    batch_lease_seconds: float = Field(
+        default=120.0,
+        gt=0,
+        description="How long a replica holds a batch it polls; a replica that died holding "
+        "one leaves it to another after this long.",
+    )
+    local_batch_lifetime_seconds: float = Field(
+        default=86_400.0,
+        ge=0,
+        description="The local engine's Message Batches: requests not processed this long "
+        "after creation expire (the Messages API's 24 h).",
+    )
+
     @property
     def default_model(self) -> str:
         if self.model:

@@ -28,6 +28,8 @@ from app.db.migrations import upgrade_to_head
 from app.db.models import (
     DEFAULT_TENANT_ID,
     Answer,
+    AnswerBatch,
+    AnswerBatchRequest,
     ApiKey,
     Collection,
     Conversation,
@@ -82,7 +84,10 @@ def database_url(tmp_path_factory: pytest.TempPathFactory) -> str:
 def settings(database_url: str) -> Settings:
     # recheck_seconds=0: tests make, revoke and delete keys behind the served app's back and
     # expect its next request to see it. test_recheck.py and test_keys.py test rechecking.
-    return Settings(database_url=database_url, anthropic_api_key=None, recheck_seconds=0)
+    # batch_poller=False: apps on other upstreams share the database; test_batches.py polls.
+    return Settings(
+        database_url=database_url, anthropic_api_key=None, recheck_seconds=0, batch_poller=False
+    )
 
 
 def free_port() -> int:
@@ -150,7 +155,9 @@ def served(settings: Settings) -> Iterator[Served]:
 async def _delete_everything(url: str) -> None:
     engine = create_engine(url, poolclass=NullPool)
     async with engine.begin() as connection:
+        await connection.execute(delete(AnswerBatchRequest))
         await connection.execute(delete(Answer))
+        await connection.execute(delete(AnswerBatch))
         await connection.execute(delete(Conversation))
         await connection.execute(delete(Collection))
         await connection.execute(delete(Document))  # blobs and chunks go by cascade

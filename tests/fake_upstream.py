@@ -1,4 +1,5 @@
-"""A stand-in for the Messages API on 127.0.0.1: replays scripted replies, records requests."""
+"""A stand-in for the Messages API on 127.0.0.1: replays scripted replies, records requests,
+and keeps Message Batches (``FakeBatch``) whose course each test sets."""
 
 from __future__ import annotations
 
@@ -84,6 +85,57 @@ def error(status: int, kind: str, text: str) -> Reply:
     return Reply(status, body, {"request-id": "req_fakeerr"})
 
 
+@dataclass
+class FakeBatch:
+    """A Message Batch: ``in_progress`` for ``polls_before_end`` polls, then ``ended`` with a
+    result per request from ``FakeUpstream.batch_result``; a cancel ends it at the next poll
+    with every request ``canceled``. ``hold_after``: the results file stops after that many
+    lines for ``hold_seconds``, once (a slow download to kill a reader in the middle of)."""
+
+    id: str
+    requests: list[dict[str, Any]]
+    polls_before_end: int = 0
+    canceled: bool = False
+    hold_after: int | None = None
+    hold_seconds: float = 0.0
+    expires_at: str = "2026-12-02T09:00:00Z"
+    polls: int = 0
+
+    @property
+    def status(self) -> str:
+        if self.polls > self.polls_before_end:
+            return "ended"
+        return "canceling" if self.canceled else "in_progress"
+
+    def describe(self) -> dict[str, Any]:
+        ended = self.status == "ended"
+        return {
+            "id": self.id,
+            "type": "message_batch",
+            "processing_status": self.status,
+            "request_counts": {
+                "processing": 0 if ended else len(self.requests),
+                "succeeded": len(self.requests) if ended and not self.canceled else 0,
+                "errored": 0,
+                "canceled": len(self.requests) if ended and self.canceled else 0,
+                "expired": 0,
+            },
+            "created_at": "2026-12-01T09:00:00Z",
+            "expires_at": self.expires_at,
+            "ended_at": "2026-12-01T09:05:00Z" if ended else None,
+            "cancel_initiated_at": "2026-12-01T09:01:00Z" if self.canceled else None,
+            "archived_at": None,
+            "results_url": f"http://127.0.0.1:9/v1/messages/batches/{self.id}/results"
+            if ended
+            else None,
+        }
+
+
+def succeeded(custom_id: str, params: dict[str, Any]) -> dict[str, Any]:
+    """The default result of a batch request: the GRASS answer."""
+    return {"type": "succeeded", "message": message(GRASS_ANSWER)}
+
+
 class FakeUpstream:
     def __init__(self) -> None:
         self.base_url = ""  # set once it is served
@@ -91,10 +143,23 @@ class FakeUpstream:
         self.requests: list[Recorded] = []
         self.stream_closed = asyncio.Event()  # set when a stream ends, finished or not
         self.stream_finished = False
+        self.batches: dict[str, FakeBatch] = {}
+        self.new_batch: dict[str, Any] = {}  # FakeBatch fields of the next batches created
+        self.batch_result = succeeded
         self.app = Starlette(
             routes=[
                 Route("/v1/messages", self._answer, methods=["POST"]),
                 Route("/v1/messages/count_tokens", self._answer, methods=["POST"]),
+                Route("/v1/messages/batches", self._create_batch, methods=["POST"]),
+                Route("/v1/messages/batches/{batch_id}", self._get_batch, methods=["GET"]),
+                Route(
+                    "/v1/messages/batches/{batch_id}/cancel", self._cancel_batch, methods=["POST"]
+                ),
+                Route(
+                    "/v1/messages/batches/{batch_id}/results",
+                    self._batch_results,
+                    methods=["GET"],
+                ),
             ]
         )
 
@@ -103,11 +168,73 @@ class FakeUpstream:
         self.requests = []
         self.stream_closed = asyncio.Event()
         self.stream_finished = False
+        self.batches = {}
+        self.new_batch = {}
+        self.batch_result = succeeded
+
+    def paths(self) -> list[str]:
+        return [recorded.path for recorded in self.requests]
+
+    async def _record(self, request: Request) -> dict[str, Any]:
+        raw = await request.body()
+        body: dict[str, Any] = json.loads(raw) if raw else {}
+        self.requests.append(Recorded(request.url.path, dict(request.headers), body))
+        return body
+
+    async def _create_batch(self, request: Request) -> Response:
+        body = await self._record(request)
+        batch = FakeBatch(f"msgbatch_fake{len(self.batches):04d}", body["requests"])
+        for name, value in self.new_batch.items():
+            setattr(batch, name, value)
+        self.batches[batch.id] = batch
+        return self._json(batch.describe())
+
+    async def _get_batch(self, request: Request) -> Response:
+        await self._record(request)
+        batch = self.batches.get(request.path_params["batch_id"])
+        if batch is None:
+            return self._not_found()
+        batch.polls += 1
+        return self._json(batch.describe())
+
+    async def _cancel_batch(self, request: Request) -> Response:
+        await self._record(request)
+        batch = self.batches.get(request.path_params["batch_id"])
+        if batch is None:
+            return self._not_found()
+        if batch.status != "ended":
+            batch.canceled = True
+        return self._json(batch.describe())
+
+    async def _batch_results(self, request: Request) -> Response:
+        await self._record(request)
+        batch = self.batches.get(request.path_params["batch_id"])
+        if batch is None or batch.status != "ended":
+            return self._not_found()
+        lines = []
+        for item in batch.requests:
+            result = {"type": "canceled"} if batch.canceled else None
+            result = result or self.batch_result(item["custom_id"], item["params"])
+            lines.append(json.dumps({"custom_id": item["custom_id"], "result": result}) + "\n")
+        hold_after, batch.hold_after = batch.hold_after, None
+
+        async def send() -> AsyncIterator[bytes]:
+            for number, line in enumerate(lines):
+                if number == hold_after:
+                    await asyncio.sleep(batch.hold_seconds)
+                yield line.encode()
+
+        return StreamingResponse(send(), media_type="application/binary")
+
+    def _json(self, body: dict[str, Any]) -> Response:
+        return Response(json.dumps(body), 200, {"request-id": "req_fake0001"}, "application/json")
+
+    def _not_found(self) -> Response:
+        reply = error(404, "not_found_error", "No such batch.")
+        return Response(json.dumps(reply.body), 404, reply.headers, "application/json")
 
     async def _answer(self, request: Request) -> Response:
-        self.requests.append(
-            Recorded(request.url.path, dict(request.headers), json.loads(await request.body()))
-        )
+        await self._record(request)
         reply = self.replies.popleft() if len(self.replies) > 1 else self.replies[0]
         if reply.delay:
             await asyncio.sleep(reply.delay)

@@ -46,6 +46,7 @@ from app.search.service import Passage, search_collection_passages, search_passa
 from app.settings import Settings
 from app.upstream.client import Frame, UpstreamAnswer, UpstreamClient, UpstreamStream
 from app.upstream.errors import UpstreamError
+from app.upstream.wire import Message
 
 log = logging.getLogger(__name__)
 
@@ -150,8 +151,10 @@ async def _prepare(
                 if answer.status == "completed" and assistant_blocks(answer.segments)
             ]
         mode, sources, passages = await _ground(session, tenant_id, body.question, target, context)
-        # End the read transaction: no connection is held while the upstream answers.
-        await session.commit()
+        # End the read transaction: no connection is held while the upstream answers. (Whether
+        # one began: questions about recently read documents do not touch the database.)
+        if session.in_transaction():
+            await session.commit()
         request = build_message_request(
             [source.prompt for source in sources],
             body.question,
@@ -293,6 +296,14 @@ async def _release(context: AnswerContext, prepared: Prepared) -> None:
             await conversations.release(context.sessions, prepared.conversation_id, prepared.claim)
 
 
+async def prepare(
+    session: AsyncSession, tenant_id: str, body: AnswerRequest, context: AnswerContext
+) -> Prepared:
+    """What ``create_answer`` checks and builds before it calls the upstream, for a question
+    that is not a follow-up (there is no conversation to claim): each question of a batch."""
+    return await _prepare(session, tenant_id, body, context, claim=False)
+
+
 async def count_tokens(
     session: AsyncSession, principal: Principal, body: AnswerRequest, context: AnswerContext
 ) -> int:
@@ -325,12 +336,7 @@ async def answer_prepared(
     await context.limits.check_tokens(principal)
     reply = await context.upstream.create_message(prepared.request, headers)
     message = reply.message
-    usage = {
-        "input_tokens": message.usage.input_tokens,
-        "output_tokens": message.usage.output_tokens,
-        "cache_creation_input_tokens": message.usage.cache_creation_input_tokens or 0,
-        "cache_read_input_tokens": message.usage.cache_read_input_tokens or 0,
-    }
+    usage = usage_of(message)
     content = [block.model_dump(exclude_none=True) for block in message.content]
     answer = await _store(
         context,
@@ -557,13 +563,51 @@ async def _store(
     request_id: str | None,
 ) -> Answer:
     await context.limits.spend_tokens(principal, sum(usage.values()))
-    text, segments = build_segments(content, prepared.indexes, prepared.passages)
-    if lacks_boxes(segments):
+    values = answer_values(
+        prepared,
+        principal.tenant_id,
+        status=status,
+        content=content,
+        model=model,
+        stop_reason=stop_reason,
+        usage=usage,
+        message_id=message_id,
+        request_id=request_id,
+    )
+    if lacks_boxes(values["segments"]):
         async with context.sessions() as session:
-            segments = await with_boxes(session, context.pages, segments)
-    values = {
+            values["segments"] = await with_boxes(session, context.pages, values["segments"])
+    # A Core insert: the ORM's unit of work costs more than the rest of storing the answer.
+    async with context.engine.begin() as connection:
+        await connection.execute(_INSERT_ANSWER, [values])
+    count_stored(context.metrics, values)
+    return Answer(**values)
+
+
+def answer_values(
+    prepared: Prepared,
+    tenant_id: str,
+    *,
+    status: str,
+    content: list[dict[str, Any]],
+    model: str,
+    stop_reason: str | None,
+    usage: dict[str, int],
+    message_id: str | None,
+    request_id: str | None,
+    batch_id: str | None = None,
+    documents: list[dict[str, Any]] | None = None,
+    indexes: Sequence[DocumentIndex | None] | None = None,
+) -> dict[str, Any]:
+    """The row of an answer to ``prepared`` from the upstream's content blocks, every citation
+    resolved. Pure: the same for an answer asked alone and for one of a batch, whose sources
+    are not held (``documents`` as described then, ``indexes`` to resolve against)."""
+    if indexes is None:
+        indexes = prepared.indexes
+    text, segments = build_segments(content, indexes, prepared.passages)
+    return {
         "id": prepared.id,
-        "tenant_id": principal.tenant_id,
+        "tenant_id": tenant_id,
         "conversation_id": prepared.conversation_id,
         "status": status,
         "question": prepared.question,
@@ -573,26 +617,36 @@ async def _store(
         "stop_reason": stop_reason,
         "text": text,
         "segments": segments,
-        "documents": prepared.documents,
+        "documents": prepared.documents if documents is None else documents,
         "retrieval": prepared.retrieval,
         "usage": usage,
         "upstream_message_id": message_id,
         "upstream_request_id": request_id,
+        "batch_id": batch_id,
         "created_at": utcnow(),
     }
-    # A Core insert: the ORM's unit of work costs more than the rest of storing the answer.
-    async with context.engine.begin() as connection:
-        await connection.execute(_INSERT_ANSWER, [values])
-    answer = Answer(**values)
-    context.metrics.answers.labels(status).inc()
-    context.metrics.count_usage(usage)
+
+
+def usage_of(message: Message) -> dict[str, int]:
+    """An upstream message's usage as an answer stores it."""
+    return {
+        "input_tokens": message.usage.input_tokens,
+        "output_tokens": message.usage.output_tokens,
+        "cache_creation_input_tokens": message.usage.cache_creation_input_tokens or 0,
+        "cache_read_input_tokens": message.usage.cache_read_input_tokens or 0,
+    }
+
+
+def count_stored(metrics: Metrics, values: dict[str, Any]) -> None:
+    """Count a stored answer (its row's ``values``) in the metrics."""
+    metrics.answers.labels(values["status"]).inc()
+    metrics.count_usage(values["usage"])
     if any(
         not citation["verified"] and citation["document_id"] is not None
-        for segment in segments
+        for segment in values["segments"]
         for citation in segment["citations"]
     ):
-        context.metrics.unverified.inc()
-    return answer
+        metrics.unverified.inc()
 
 
 def system_text(system: Any) -> str | None:

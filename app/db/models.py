@@ -208,6 +208,10 @@ class Answer(Base):
     usage: Mapped[dict[str, int]] = mapped_column(JSON)
     upstream_message_id: Mapped[str | None] = mapped_column(String(200))
     upstream_request_id: Mapped[str | None] = mapped_column(String(200))
+    # The answer batch it is a result of; its custom_id is the batch request's.
+    batch_id: Mapped[str | None] = mapped_column(
+        ForeignKey("answer_batches.id", ondelete="CASCADE"), index=True
+    )
     created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
 
 
@@ -223,3 +227,54 @@ class AnswerShareLink(Base):
     token_hash: Mapped[str] = mapped_column(String(64), unique=True)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
     expires_at: Mapped[datetime] = mapped_column(UTCDateTime())
+
+
+class AnswerBatch(Base):
+    """Questions sent upstream as one Message Batch, followed by the poller until every result
+    is stored. ``lease_owner`` / ``lease_until``: the process polling it now (one at a time,
+    among any number of replicas); a lease that ran out is anyone's to take."""
+
+    __tablename__ = "answer_batches"
+
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    tenant_id: Mapped[str] = mapped_column(ForeignKey("tenants.id"), index=True)
+    # validating | in_progress | canceling | ended ("ended" once every result is stored)
+    status: Mapped[str] = mapped_column(String(16))
+    upstream_batch_id: Mapped[str | None] = mapped_column(String(200))
+    request_count: Mapped[int] = mapped_column(Integer)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+    expires_at: Mapped[datetime] = mapped_column(UTCDateTime())
+    ended_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    cancel_requested_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    next_poll_at: Mapped[datetime] = mapped_column(UTCDateTime(), index=True)
+    polls_unchanged: Mapped[int] = mapped_column(Integer, default=0)  # for the backoff
+    lease_owner: Mapped[str | None] = mapped_column(String(64))
+    lease_until: Mapped[datetime | None] = mapped_column(UTCDateTime())
+
+
+class AnswerBatchRequest(Base):
+    """One question of a batch, in request order (``position``), and its result once known:
+    ``status`` pending, then succeeded (``answer_id`` names the stored Answer, whose id is fixed
+    here so that it is stored once however often its result is read), errored (``error`` is
+    the problem), canceled or expired. What its answer needs besides the upstream's message is
+    kept here; the request sent upstream is not."""
+
+    __tablename__ = "answer_batch_requests"
+    __table_args__ = (UniqueConstraint("batch_id", "custom_id"),)
+
+    batch_id: Mapped[str] = mapped_column(
+        ForeignKey("answer_batches.id", ondelete="CASCADE"), primary_key=True
+    )
+    position: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
+    tenant_id: Mapped[str] = mapped_column(ForeignKey("tenants.id"), index=True)
+    custom_id: Mapped[str] = mapped_column(String(64))
+    status: Mapped[str] = mapped_column(String(16))
+    answer_id: Mapped[str] = mapped_column(String(40))
+    question: Mapped[str] = mapped_column(Text)
+    system: Mapped[str | None] = mapped_column(Text)
+    model: Mapped[str | None] = mapped_column(String(200))
+    max_tokens: Mapped[int | None] = mapped_column(Integer)
+    document_ids: Mapped[list[str]] = mapped_column(JSON)  # sent whole, in order
+    documents: Mapped[list[dict[str, Any]]] = mapped_column(JSON)
+    retrieval: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    error: Mapped[dict[str, Any] | None] = mapped_column(JSON)

@@ -7,17 +7,18 @@ from typing import TypeVar
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.db.models import Answer, Collection, Conversation, Document
+from app.db.models import Answer, AnswerBatch, Collection, Conversation, Document
 from app.errors import ErrorCode, NotFound
 from app.pagination import Page, decode_cursor, paginate
 
-Owned = TypeVar("Owned", Document, Answer, Conversation, Collection)
+Owned = TypeVar("Owned", Document, Answer, Conversation, Collection, AnswerBatch)
 
-_NOT_FOUND: dict[type[Document | Answer | Conversation | Collection], ErrorCode] = {
+_NOT_FOUND: dict[type[Document | Answer | Conversation | Collection | AnswerBatch], ErrorCode] = {
     Document: ErrorCode.DOCUMENT_NOT_FOUND,
     Answer: ErrorCode.ANSWER_NOT_FOUND,
     Conversation: ErrorCode.CONVERSATION_NOT_FOUND,
     Collection: ErrorCode.COLLECTION_NOT_FOUND,
+    AnswerBatch: ErrorCode.ANSWER_BATCH_NOT_FOUND,
 }
 
 

@@ -1,5 +1,6 @@
-"""The local engine as an ASGI app: ``POST /v1/messages`` (JSON or SSE) and
-``POST /v1/messages/count_tokens``, with the upstream's headers and error bodies.
+"""The local engine as an ASGI app: ``POST /v1/messages`` (JSON or SSE),
+``POST /v1/messages/count_tokens`` and the Message Batches API (``/v1/messages/batches``:
+create, list, get, results, cancel), with the upstream's headers and error bodies.
 
 Every response carries ``request-id: req_…``; error bodies carry the same id. No API key is
 needed: ``x-api-key`` and ``Authorization: Bearer`` are accepted and ignored. The
@@ -10,7 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any
 
 import anyio.to_thread
@@ -20,11 +21,12 @@ from starlette.datastructures import MutableHeaders
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from app.local_engine.api_error import ApiError
+from app.local_engine.api_error import ApiError, InvalidRequestError
+from app.local_engine.batches import LocalBatches, parse_batch_requests
 from app.local_engine.engine import LocalEngine, new_upstream_id
 from app.local_engine.request_validation import (
     ParsedRequest,
@@ -34,6 +36,7 @@ from app.local_engine.request_validation import (
 )
 from app.local_engine.streaming import StreamEvent, message_events
 from app.local_engine.wire import TokenCount
+from app.upstream.wire import MAX_BATCH_BYTES
 
 log = logging.getLogger(__name__)
 
@@ -66,9 +69,13 @@ class RequestIdMiddleware:
         await self.app(scope, receive, send_with_id)
 
 
-def create_local_engine_app(engine: LocalEngine | None = None) -> Starlette:
-    """The ASGI app serving ``engine`` (a new ``LocalEngine`` when none is given)."""
+def create_local_engine_app(
+    engine: LocalEngine | None = None, batches: LocalBatches | None = None
+) -> Starlette:
+    """The ASGI app serving ``engine`` (a new ``LocalEngine`` when none is given) and its
+    ``batches`` (``app.state.batches``; close them with ``aclose`` when done)."""
     served = engine if engine is not None else LocalEngine()
+    queued = batches if batches is not None else LocalBatches(served)
 
     async def create_message(request: Request) -> Response:
         request_id: str = request.state.request_id
@@ -104,16 +111,81 @@ def create_local_engine_app(engine: LocalEngine | None = None) -> Starlette:
             return _error_response(_internal_error(), request_id)
         return JSONResponse(TokenCount(input_tokens=count).model_dump(mode="json"))
 
+    async def create_batch(request: Request) -> Response:
+        version = check_version(request.headers.get("anthropic-version"))
+        body = await _read_body(request, MAX_BATCH_BYTES)
+        requests = await anyio.to_thread.run_sync(parse_batch_requests, body)
+        return JSONResponse(queued.create(requests, version))
+
+    async def list_batches(request: Request) -> Response:
+        query = request.query_params
+        try:
+            limit = int(query.get("limit", "20"))
+        except ValueError:
+            raise InvalidRequestError("limit: Input should be a valid integer") from None
+        if not 1 <= limit <= 1000:
+            raise InvalidRequestError("limit: Input should be between 1 and 1000")
+        return JSONResponse(
+            queued.page(limit, query.get("before_id"), query.get("after_id"), str(request.base_url))
+        )
+
+    async def get_batch(request: Request) -> Response:
+        return JSONResponse(queued.describe(request.path_params["batch_id"], str(request.base_url)))
+
+    async def cancel_batch(request: Request) -> Response:
+        return JSONResponse(queued.cancel(request.path_params["batch_id"], str(request.base_url)))
+
+    async def batch_results(request: Request) -> Response:
+        lines = queued.results(request.path_params["batch_id"])
+        first = next(lines, b"")  # errors before the status line is sent
+        return StreamingResponse(_chain(first, lines), media_type="application/binary")
+
+    batch_routes = [
+        ("/v1/messages/batches", create_batch, "POST"),
+        ("/v1/messages/batches", list_batches, "GET"),
+        ("/v1/messages/batches/{batch_id}", get_batch, "GET"),
+        ("/v1/messages/batches/{batch_id}/cancel", cancel_batch, "POST"),
+        ("/v1/messages/batches/{batch_id}/results", batch_results, "GET"),
+    ]
     app = Starlette(
         routes=[
             Route("/v1/messages", create_message, methods=["POST"]),
             Route("/v1/messages/count_tokens", count_tokens, methods=["POST"]),
+            *(
+                Route(path, _api_errors(endpoint), methods=[method])
+                for path, endpoint, method in batch_routes
+            ),
         ],
         middleware=[Middleware(RequestIdMiddleware)],
         exception_handlers={HTTPException: _http_error},
     )
     app.state.engine = served
+    app.state.batches = queued
     return app
+
+
+def _api_errors(
+    endpoint: Callable[[Request], Awaitable[Response]],
+) -> Callable[[Request], Awaitable[Response]]:
+    """The endpoint, its ``ApiError``s (and failures) answered as the upstream answers them."""
+
+    async def answer(request: Request) -> Response:
+        request_id: str = request.state.request_id
+        try:
+            return await endpoint(request)
+        except ApiError as error:
+            return _error_response(error, request_id)
+        except Exception:
+            log.exception("local engine failed (request %s)", request_id)
+            return _error_response(_internal_error(), request_id)
+
+    return answer
+
+
+def _chain(first: bytes, rest: Iterator[bytes]) -> Iterator[bytes]:
+    if first:
+        yield first
+    yield from rest
 
 
 async def _parse(request: Request, parse: Callable[[bytes, str], ParsedRequest]) -> ParsedRequest:
@@ -123,12 +195,12 @@ async def _parse(request: Request, parse: Callable[[bytes, str], ParsedRequest])
     return await anyio.to_thread.run_sync(parse, body, version)
 
 
-async def _read_body(request: Request) -> bytes:
+async def _read_body(request: Request, limit: int = MAX_BODY_BYTES) -> bytes:
     parts: list[bytes] = []
     size = 0
     async for part in request.stream():
         size += len(part)
-        if size > MAX_BODY_BYTES:
+        if size > limit:
             raise ApiError(
                 413, "request_too_large", "Request exceeds the maximum allowed number of bytes."
             )

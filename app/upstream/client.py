@@ -36,7 +36,7 @@ from app.errors import ErrorCode
 from app.observability import Metrics, note_upstream_request_id
 from app.settings import Settings
 from app.upstream.errors import UpstreamError, error_for_status
-from app.upstream.wire import Message, TokenCount
+from app.upstream.wire import BatchResult, Message, MessageBatch, TokenCount
 
 log = logging.getLogger(__name__)
 
@@ -185,6 +185,71 @@ class UpstreamClient:
                 request_id=request_id_of(response),
             ) from exc
 
+    async def create_batch(self, content: bytes) -> MessageBatch:
+        """Create a Message Batch from its body, ``{"requests": [{"custom_id", "params"}]}``,
+        already JSON (the caller measured it against the upstream's limit)."""
+        response = await self._call("POST", "/v1/messages/batches", content)
+        return self._batch(response)
+
+    async def get_batch(self, batch_id: str) -> MessageBatch:
+        response = await self._call("GET", f"/v1/messages/batches/{batch_id}")
+        return self._batch(response)
+
+    async def cancel_batch(self, batch_id: str) -> MessageBatch:
+        response = await self._call("POST", f"/v1/messages/batches/{batch_id}/cancel", b"{}")
+        return self._batch(response)
+
+    @asynccontextmanager
+    async def batch_results(self, batch_id: str) -> AsyncIterator[AsyncIterator[BatchResult]]:
+        """The results of an ended batch, read line by line as they arrive (never whole).
+
+        Always from this client's base URL, never from the ``results_url`` a response names:
+        the API key goes only where it was configured to go.
+        """
+        path = f"/v1/messages/batches/{batch_id}/results"
+        response = await self._call("GET", path, stream=True)
+        try:
+            yield self._results(response)
+        finally:
+            await response.aclose()
+
+    async def _results(self, response: httpx.Response) -> AsyncIterator[BatchResult]:
+        request_id = request_id_of(response)
+        try:
+            async for line in response.aiter_lines():
+                if not line.strip():
+                    continue
+                try:
+                    yield BatchResult.model_validate_json(line)
+                except ValidationError as exc:
+                    raise UpstreamError(
+                        "The upstream API sent a batch result that is not one.",
+                        code=ErrorCode.UPSTREAM_BAD_RESPONSE,
+                        request_id=request_id,
+                    ) from exc
+        except httpx.TimeoutException as exc:
+            raise UpstreamError(
+                "The upstream API stopped sending the batch's results.",
+                code=ErrorCode.UPSTREAM_TIMEOUT,
+                request_id=request_id,
+            ) from exc
+        except httpx.TransportError as exc:
+            raise UpstreamError(
+                "The connection to the upstream API dropped while reading the batch's results.",
+                code=ErrorCode.UPSTREAM_STREAM_INTERRUPTED,
+                request_id=request_id,
+            ) from exc
+
+    def _batch(self, response: httpx.Response) -> MessageBatch:
+        try:
+            return MessageBatch.model_validate_json(response.content)
+        except ValidationError as exc:
+            raise UpstreamError(
+                "The upstream API answered with something that is not a message batch.",
+                code=ErrorCode.UPSTREAM_BAD_RESPONSE,
+                request_id=request_id_of(response),
+            ) from exc
+
     @asynccontextmanager
     async def stream_message(
         self, body: dict[str, Any], headers: Mapping[str, str] | None = None
@@ -205,9 +270,22 @@ class UpstreamClient:
         stream: bool = False,
         headers: Mapping[str, str] | None = None,
     ) -> httpx.Response:
-        endpoint = path.rsplit("/", 1)[-1]
+        # orjson: documents make request bodies of megabytes; the json module is the bottleneck.
+        return await self._call("POST", path, orjson.dumps(body), stream, headers)
+
+    async def _call(
+        self,
+        method: str,
+        path: str,
+        content: bytes | None = None,
+        stream: bool = False,
+        headers: Mapping[str, str] | None = None,
+    ) -> httpx.Response:
+        """``headers``: besides the client's own (the caller's ``anthropic-version`` and
+        ``anthropic-beta``, if any)."""
+        endpoint = _endpoint(path)
         try:
-            response = await self._send(path, body, stream, {**_JSON, **(headers or {})})
+            response = await self._send(method, path, content, stream, headers)
         except UpstreamError as exc:
             self._metrics.upstream_calls.labels(endpoint, exc.code).inc()
             note_upstream_request_id(exc.request_id)
@@ -217,15 +295,19 @@ class UpstreamClient:
         return response
 
     async def _send(
-        self, path: str, body: dict[str, Any], stream: bool, headers: dict[str, str]
+        self,
+        method: str,
+        path: str,
+        content: bytes | None,
+        stream: bool,
+        extra: Mapping[str, str] | None,
     ) -> httpx.Response:
-        # orjson: documents make request bodies of megabytes; the json module is the bottleneck.
-        content = orjson.dumps(body)
+        headers = {**(_JSON if content is not None else {}), **(extra or {})} or None
         try:
             async for attempt in self._retrying.copy():
                 with attempt:
                     request = self._http.build_request(
-                        "POST", path, content=content, headers=headers
+                        method, path, content=content, headers=headers
                     )
                     response = await self._http.send(request, stream=stream)
                     if response.status_code in RETRYABLE_STATUSES:
@@ -245,6 +327,14 @@ class UpstreamClient:
             return response
         await _read_and_close(response)
         raise _error_from(response)
+
+
+def _endpoint(path: str) -> str:
+    """The metric label of a path: its last part, a batch's id left out."""
+    parts = path.split("/")
+    if len(parts) > 4 and parts[3] == "batches":  # /v1/messages/batches/{id}[/...]
+        return "batch/" + "/".join(parts[5:]) if len(parts) > 5 else "batch"
+    return parts[-1]
 
 
 async def _read_and_close(response: httpx.Response) -> None:
@@ -324,14 +414,28 @@ class UpstreamStream:
 
     def error_of(self, frame: Frame) -> UpstreamError:
         """Our error for an ``error`` event of the stream."""
-        error = frame.event.get("error") if isinstance(frame.event.get("error"), dict) else {}
-        assert isinstance(error, dict)
-        kind = str(error.get("type"))
-        status = _ERROR_STATUS.get(kind, 500)
-        log.warning("upstream error event mid-stream: %s", kind)
-        return error_for_status(
-            status, str(error.get("message", "")), self.request_id, None, upstream_type=kind
-        )
+        log.warning("upstream error event mid-stream: %s", _error_type(frame.event))
+        return error_of_body(frame.event, self.request_id)
+
+
+def _error_type(body: Any) -> object:
+    error = body.get("error") if isinstance(body, dict) else None
+    return error.get("type") if isinstance(error, dict) else None
+
+
+def error_of_body(body: Any, request_id: str | None) -> UpstreamError:
+    """The error an error body names (``{"type": "error", "error": {"type", "message"}}``, as
+    in a stream's ``error`` event or a batch's errored result), with the status of its type."""
+    error = body.get("error") if isinstance(body, dict) else None
+    if not isinstance(error, dict):
+        error = {}
+    kind = str(error.get("type"))
+    status = _ERROR_STATUS.get(kind, 500)
+    if request_id is None and isinstance(body, dict) and isinstance(body.get("request_id"), str):
+        request_id = body["request_id"]
+    return error_for_status(
+        status, str(error.get("message", "")), request_id, None, upstream_type=kind
+    )
 
 
 def _error_from(response: httpx.Response) -> UpstreamError:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -55,3 +56,45 @@ class TokenCount(BaseModel):
     model_config = ConfigDict(extra="allow")
 
     input_tokens: int
+
+
+MAX_BATCH_REQUESTS = 100_000
+"""The upstream refuses a Message Batch of more requests."""
+MAX_BATCH_BYTES = 256 * 1024 * 1024
+"""The upstream refuses a Message Batch whose body is larger than 256 MB."""
+CUSTOM_ID_PATTERN = r"^[a-zA-Z0-9_-]{1,64}$"
+"""What the upstream accepts as a batch request's ``custom_id``."""
+
+
+class BatchRequestCounts(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    processing: int = 0
+    succeeded: int = 0
+    errored: int = 0
+    canceled: int = 0
+    expired: int = 0
+
+
+class MessageBatch(BaseModel):
+    """A Message Batch as the upstream describes it."""
+
+    model_config = ConfigDict(extra="allow")
+
+    id: str
+    type: Literal["message_batch"]
+    processing_status: Literal["in_progress", "canceling", "ended"]
+    request_counts: BatchRequestCounts = Field(default_factory=BatchRequestCounts)
+    created_at: datetime
+    expires_at: datetime
+    ended_at: datetime | None = None
+
+
+class BatchResult(BaseModel):
+    """One line of a batch's results file. ``result.type``: succeeded (with ``message``),
+    errored (with ``error``, an error body), canceled or expired."""
+
+    model_config = ConfigDict(extra="allow")
+
+    custom_id: str
+    result: dict[str, Any]

@@ -73,11 +73,18 @@ class Tenants:
             headers=bearer(self.a),
         )
         assert added.status_code == 200, added.text
+        question = {"custom_id": "a", "question": "Green?", "document_ids": [self.document["id"]]}
+        batch = client.post(
+            "/v1/answer-batches", json={"requests": [question]}, headers=bearer(self.a)
+        )
+        assert batch.status_code == 201, batch.text
+        self.batch = batch.json()
         self.ids = {
             "document_id": self.document["id"],
             "answer_id": self.answer["id"],
             "conversation_id": self.conversation["id"],
             "collection_id": self.collection["id"],
+            "batch_id": self.batch["id"],
         }
 
 
@@ -104,6 +111,7 @@ MISSING = {
     "answer_id": "ans_doesnotexist",
     "conversation_id": "conv_doesnotexist",
     "collection_id": "col_doesnotexist",
+    "batch_id": "batch_doesnotexist",
 }
 
 
@@ -130,6 +138,13 @@ def call(
         body["json"] = {"document_ids": [ids["document_id"]]}
     elif method == "POST" and path.startswith("/v1/search"):
         body["json"] = {"query": "grass", "collection_id": ids["collection_id"]}
+    elif method == "POST" and path == "/v1/answer-batches":
+        question = {
+            "custom_id": "b",
+            "question": "What color?",
+            "document_ids": [ids["document_id"]],
+        }
+        body["json"] = {"requests": [question]}
     return client.request(method, url, headers=headers, **body)
 
 
@@ -186,6 +201,7 @@ def test_another_tenants_ids_are_not_found_and_nothing_changes(
                 "answer_not_found",
                 "conversation_not_found",
                 "collection_not_found",
+                "answer_batch_not_found",
             )
             # Exactly the answer for an id that does not exist.
             missing = call(client, method, path, MISSING, bearer(tenants.b))
@@ -198,7 +214,15 @@ def test_another_tenants_ids_are_not_found_and_nothing_changes(
             assert document_id not in response.text
         else:
             assert response.status_code in (200, 201), (method, path, response.text)
+    # B's question about A's document in a batch: errored, as about a document that does not exist.
+    [theirs] = client.get("/v1/answer-batches", headers=bearer(tenants.b)).json()["data"]
+    results = client.get(f"/v1/answer-batches/{theirs['id']}/results", headers=bearer(tenants.b))
+    [error] = [result["error"] for result in results.json()["data"]]
+    assert error["code"] == "document_not_found"
+    assert error["detail"] == f"No document with id {document_id!r}."
     a = bearer(tenants.a)
+    [mine] = client.get("/v1/answer-batches", headers=a).json()["data"]
+    assert mine["id"] == tenants.batch["id"]
     assert client.get(f"/v1/documents/{document_id}", headers=a).json() == tenants.document
     assert client.get(f"/v1/documents/{document_id}/chunks", headers=a).json() == (
         mine_before.json()

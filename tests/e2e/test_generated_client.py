@@ -102,7 +102,7 @@ def generate(spec: Path, output: Path) -> str:
     images (image/png) are bytes to the generator, as its documentation says to configure."""
     bin_dir = str(Path(sys.executable).parent)  # ruff, for the generator's post hooks
     config = output.parent / "openapi-python-client.yaml"
-    config.write_text('content_type_overrides:\n  image/png: application/octet-stream\n')
+    config.write_text("content_type_overrides:\n  image/png: application/octet-stream\n")
     result = run(
         [
             sys.executable,

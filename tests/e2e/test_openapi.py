@@ -57,10 +57,22 @@ CONTRACT = {
     ): "removeCollectionDocument",
     ("get", "/v1/collections/{collection_id}/documents"): "listCollectionDocuments",
     ("post", "/v1/search"): "searchPassages",
+    ("post", "/v1/answer-batches"): "createAnswerBatch",
+    ("get", "/v1/answer-batches"): "listAnswerBatches",
+    ("get", "/v1/answer-batches/{batch_id}"): "getAnswerBatch",
+    ("get", "/v1/answer-batches/{batch_id}/results"): "listAnswerBatchResults",
+    ("post", "/v1/answer-batches/{batch_id}/cancel"): "cancelAnswerBatch",
     ("get", "/healthz"): "getHealth",
     ("get", "/readyz"): "getReadiness",
 }
-UPSTREAM_OPERATIONS = {"createAnswer", "countAnswerTokens"}
+UPSTREAM_OPERATIONS = {
+    "createAnswer",
+    "countAnswerTokens",
+    "createAnswerBatch",
+    "cancelAnswerBatch",
+}
+# Ids in their bodies that are not found make errored results, not a 404.
+NO_BODY_IDS = {"createAnswerBatch"}
 STREAM_EVENTS = {
     "answer.started",
     "segment.started",
@@ -147,7 +159,8 @@ def test_every_error_is_a_documented_problem(spec: dict[str, Any]) -> None:
         has_input = bool(operation.get("parameters")) or "requestBody" in operation
         assert (422 in errors) == has_input, where
         assert (400 in errors) == ("requestBody" in operation), where  # an unparsable body
-        if "{" in path or operation["operationId"] in UPSTREAM_OPERATIONS | {"createConversation"}:
+        with_ids = (UPSTREAM_OPERATIONS - NO_BODY_IDS) | {"createConversation"}
+        if "{" in path or operation["operationId"] in with_ids:
             assert 404 in errors, where  # an id in the path or in the body
         if operation["operationId"] in UPSTREAM_OPERATIONS:
             assert {413, 502, 503, 504} <= errors, where

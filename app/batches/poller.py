@@ -1,0 +1,384 @@
+"""The poller: a background task of every process that follows the open answer batches.
+
+A batch is polled by the process holding its lease (``lease_owner`` / ``lease_until`` on its
+row, taken by a conditional UPDATE, so among any number of replicas one takes it). Polls back
+off while the upstream batch is unchanged. Once it has ended, its results file is read line by
+line and stored in chunks, each chunk in one transaction that also renews the lease: answers are
+inserted under the ids fixed at creation (a second insert of one does nothing) and a request
+leaves ``pending`` once. So a process killed midway leaves every stored result stored, and the
+next holder of the lease (itself restarted, or another replica) stores the rest.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import secrets
+from collections.abc import Callable, Sequence
+from datetime import datetime, timedelta
+from typing import Any
+
+import anyio
+from pydantic import ValidationError
+from sqlalchemy import and_, bindparam, func, or_, select, update
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from app.answers.service import (
+    AnswerContext,
+    Prepared,
+    answer_values,
+    count_stored,
+    passages_asked,
+    usage_of,
+)
+from app.batches.service import PENDING
+from app.db.models import Answer, AnswerBatch, AnswerBatchRequest, utcnow
+from app.documents.index import DocumentIndex
+from app.documents.sources import load_sources, request_limits
+from app.errors import CitegateError, ErrorCode, problem_body, problem_of
+from app.upstream.client import error_of_body
+from app.upstream.errors import UpstreamError
+from app.upstream.wire import BatchResult, Message
+
+log = logging.getLogger(__name__)
+
+RESULTS_PER_TRANSACTION = 200
+_DUE_PER_ROUND = 20
+# The upstream ends a batch when it expires; one still not ended (or not found) this long after
+# is given up, its requests without results expired.
+EXPIRY_GRACE = timedelta(hours=1)
+_MISSING = problem_body(
+    ErrorCode.UPSTREAM_BAD_RESPONSE,
+    "The upstream API's results of the batch named no result for this request.",
+)
+
+
+class LeaseLost(Exception):
+    """Another process took the batch (this one held it past its lease)."""
+
+
+class BatchPoller:
+    """Polls due batches until cancelled; ``wake`` makes it look now (a batch was created or
+    cancelled). ``clock``: the time it goes by (the real one, or a test's)."""
+
+    def __init__(self, context: AnswerContext, clock: Callable[[], datetime] = utcnow) -> None:
+        self._context = context
+        self._settings = context.settings
+        self._metrics = context.metrics
+        self._clock = clock
+        self.owner = secrets.token_hex(8)  # this process, in the lease
+        self._woken = asyncio.Event()
+
+    def wake(self) -> None:
+        self._woken.set()
+
+    async def run(self) -> None:
+        """Poll, then wait for the next round or a wake-up; until cancelled."""
+        tick = min(self._settings.batch_poll_seconds, 5.0)
+        while True:
+            try:
+                await self.poll_due()
+                await self._count_statuses()
+            except Exception:
+                # The database failed: the batches stay where they are; try again next round.
+                log.exception("polling answer batches failed")
+                self._metrics.batch_poll_errors.inc()
+            with anyio.move_on_after(tick):
+                await self._woken.wait()
+            self._woken.clear()
+
+    async def poll_due(self) -> int:
+        """Poll every batch that is due and not held by another process; how many were."""
+        now = self._clock()
+        query = (
+            select(AnswerBatch.id)
+            .where(
+                AnswerBatch.status != "ended",
+                AnswerBatch.next_poll_at <= now,
+                or_(AnswerBatch.lease_until.is_(None), AnswerBatch.lease_until < now),
+            )
+            .order_by(AnswerBatch.next_poll_at)
+            .limit(_DUE_PER_ROUND)
+        )
+        async with self._context.engine.connect() as connection:
+            due = (await connection.scalars(query)).all()
+        polled = 0
+        for batch_id in due:
+            if await self._claim(batch_id):
+                polled += 1
+                await self._poll(batch_id)
+        return polled
+
+    async def _claim(self, batch_id: str) -> bool:
+        now = self._clock()
+        claim = (
+            update(AnswerBatch)
+            .where(
+                AnswerBatch.id == batch_id,
+                AnswerBatch.status != "ended",
+                AnswerBatch.next_poll_at <= now,  # not polled meanwhile by another process
+                or_(AnswerBatch.lease_until.is_(None), AnswerBatch.lease_until < now),
+            )
+            .values(lease_owner=self.owner, lease_until=self._lease_end())
+        )
+        async with self._context.engine.begin() as connection:
+            return (await connection.execute(claim)).rowcount == 1
+
+    def _lease_end(self) -> datetime:
+        return self._clock() + timedelta(seconds=self._settings.batch_lease_seconds)
+
+    async def _poll(self, batch_id: str) -> None:
+        async with self._context.engine.connect() as connection:
+            batch = (
+                await connection.execute(select(AnswerBatch).where(AnswerBatch.id == batch_id))
+            ).one()
+        assert batch.upstream_batch_id is not None  # a batch without one is ended at creation
+        try:
+            upstream = await self._context.upstream.get_batch(batch.upstream_batch_id)
+            if upstream.processing_status == "ended":
+                await self._store_results(batch)
+                await self._end(batch.id)
+                return
+            if self._overdue(batch):
+                await self._end(batch.id, "expired", None)
+                return
+            # Only ever to canceling: a cancel asked meanwhile must not be overwritten.
+            status = "canceling" if upstream.processing_status == "canceling" else None
+            await self._release(batch.id, batch.polls_unchanged + 1, status)
+        except LeaseLost:
+            log.warning("answer batch %s was taken by another process", batch_id)
+        except Exception as exc:
+            if isinstance(exc, UpstreamError):
+                log.warning("polling answer batch %s failed: %s", batch_id, exc.code)
+            else:  # the database, or a bug: logged whole
+                log.exception("polling answer batch %s failed", batch_id)
+            self._metrics.batch_poll_errors.inc()
+            if self._overdue(batch):
+                await self._end(batch.id, "expired", None)
+            else:
+                await self._release(batch.id, batch.polls_unchanged + 1, None)
+
+    def _overdue(self, batch: Any) -> bool:
+        """The upstream should have ended the batch long ago: it is given up."""
+        overdue: bool = self._clock() > batch.expires_at + EXPIRY_GRACE
+        return overdue
+
+    async def _release(self, batch_id: str, polls_unchanged: int, status: str | None) -> None:
+        """Give the batch back until its next poll, later and later while it is unchanged."""
+        delay = min(
+            self._settings.batch_poll_seconds * 2 ** min(polls_unchanged, 30),
+            self._settings.batch_poll_max_seconds,
+        )
+        values: dict[str, Any] = {
+            "polls_unchanged": polls_unchanged,
+            "next_poll_at": self._clock() + timedelta(seconds=delay),
+            "lease_owner": None,
+            "lease_until": None,
+        }
+        if status is not None:
+            values["status"] = status
+        async with self._context.engine.begin() as connection:
+            await connection.execute(self._ours(update(AnswerBatch), batch_id).values(**values))
+
+    def _ours(self, statement: Any, batch_id: str) -> Any:
+        return statement.where(AnswerBatch.id == batch_id, AnswerBatch.lease_owner == self.owner)
+
+    async def _store_results(self, batch: Any) -> None:
+        chunk: list[BatchResult] = []
+        async with self._context.upstream.batch_results(batch.upstream_batch_id) as results:
+            async for result in results:
+                chunk.append(result)
+                if len(chunk) == RESULTS_PER_TRANSACTION:
+                    await self._store_chunk(batch, chunk)
+                    chunk = []
+        if chunk:
+            await self._store_chunk(batch, chunk)
+
+    async def _store_chunk(self, batch: Any, results: Sequence[BatchResult]) -> None:
+        by_id = {result.custom_id: result for result in results}
+        query = select(AnswerBatchRequest).where(
+            AnswerBatchRequest.batch_id == batch.id,
+            AnswerBatchRequest.custom_id.in_(list(by_id)),
+            AnswerBatchRequest.status == PENDING,
+        )
+        async with self._context.sessions() as session:
+            requests = (await session.scalars(query)).all()
+            indexes = await self._indexes(session, batch.tenant_id, requests)
+            session.expunge_all()  # read once, used after the session: never refreshed
+            await session.rollback()
+        if not requests:
+            return
+        stored = await anyio.to_thread.run_sync(
+            _resolve_all, batch.id, batch.tenant_id, requests, by_id, indexes
+        )
+        answers = [values for _, _, values in stored if values is not None]
+        async with self._context.engine.begin() as connection:
+            if answers:
+                await connection.execute(_insert_once(connection), answers)
+            await connection.execute(
+                _SET_RESULT,
+                [
+                    {"b_batch": batch.id, "b_position": position, "status": status, "error": error}
+                    for position, (status, error), _ in stored
+                ],
+            )
+            await self._renew(connection, batch.id)
+        for _, (status, _), values in stored:
+            self._metrics.batch_results.labels(status).inc()
+            if values is not None:
+                count_stored(self._metrics, values)
+
+    async def _renew(self, connection: AsyncConnection, batch_id: str) -> None:
+        renewed = await connection.execute(
+            self._ours(update(AnswerBatch), batch_id).values(lease_until=self._lease_end())
+        )
+        if renewed.rowcount != 1:
+            raise LeaseLost
+
+    async def _indexes(
+        self, session: Any, tenant_id: str, requests: Sequence[AnswerBatchRequest]
+    ) -> dict[tuple[str, ...], list[DocumentIndex]]:
+        """The stored documents' indexes the answers' citations resolve against, once per set
+        of documents. A document deleted since the batch was created resolves nothing."""
+        indexes: dict[tuple[str, ...], list[DocumentIndex]] = {}
+        limits = request_limits(self._settings)
+        for request in requests:
+            ids = tuple(request.document_ids)
+            if ids in indexes:
+                continue
+            indexes[ids] = []
+            if ids:
+                try:
+                    sources = await load_sources(
+                        session, tenant_id, ids, self._context.sources, limits
+                    )
+                except CitegateError:
+                    continue
+                indexes[ids] = [source.index for source in sources]
+        return indexes
+
+    async def _end(
+        self, batch_id: str, unanswered: str = "errored", error: dict[str, Any] | None = _MISSING
+    ) -> None:
+        """End the batch: every result the upstream gave is stored, and a request it gave none
+        for is ``unanswered`` (errored: the results file left it out; expired: the upstream
+        never ended the batch, or lost it)."""
+        async with self._context.engine.begin() as connection:
+            await self._renew(connection, batch_id)
+            left = await connection.execute(
+                update(AnswerBatchRequest)
+                .where(
+                    AnswerBatchRequest.batch_id == batch_id, AnswerBatchRequest.status == PENDING
+                )
+                .values(status=unanswered, error=error)
+            )
+            await connection.execute(
+                self._ours(update(AnswerBatch), batch_id).values(
+                    status="ended", ended_at=self._clock(), lease_owner=None, lease_until=None
+                )
+            )
+        if left.rowcount:
+            log.warning("answer batch %s: %d results %s", batch_id, left.rowcount, unanswered)
+            self._metrics.batch_results.labels(unanswered).inc(left.rowcount)
+
+    async def _count_statuses(self) -> None:
+        query = select(AnswerBatch.status, func.count()).group_by(AnswerBatch.status)
+        async with self._context.engine.connect() as connection:
+            counts = {status: count for status, count in (await connection.execute(query)).all()}
+        for status in ("validating", "in_progress", "canceling", "ended"):
+            self._metrics.batches.labels(status).set(counts.get(status, 0))
+
+
+_SET_RESULT = (
+    update(AnswerBatchRequest)
+    .where(
+        and_(
+            AnswerBatchRequest.batch_id == bindparam("b_batch"),
+            AnswerBatchRequest.position == bindparam("b_position"),
+            AnswerBatchRequest.status == PENDING,
+        )
+    )
+    .values(status=bindparam("status"), error=bindparam("error"))
+)
+
+
+def _insert_once(connection: AsyncConnection) -> Any:
+    """An insert of answers that skips one already stored (same id): results read twice."""
+    dialect = postgresql if connection.dialect.name == "postgresql" else sqlite
+    return dialect.insert(Answer).on_conflict_do_nothing(index_elements=[Answer.id])
+
+
+def _resolve_all(
+    batch_id: str,
+    tenant_id: str,
+    requests: Sequence[AnswerBatchRequest],
+    results: dict[str, BatchResult],
+    indexes: dict[tuple[str, ...], list[DocumentIndex]],
+) -> list[tuple[int, tuple[str, dict[str, Any] | None], dict[str, Any] | None]]:
+    """Each request's outcome, problem and answer row. Blocking: citations are resolved."""
+    return [
+        (
+            request.position,
+            *_resolve(batch_id, tenant_id, request, results[request.custom_id], indexes),
+        )
+        for request in requests
+    ]
+
+
+def _resolve(
+    batch_id: str,
+    tenant_id: str,
+    request: AnswerBatchRequest,
+    result: BatchResult,
+    indexes: dict[tuple[str, ...], list[DocumentIndex]],
+) -> tuple[tuple[str, dict[str, Any] | None], dict[str, Any] | None]:
+    kind = result.result.get("type")
+    if kind == "errored":
+        return ("errored", problem_of(error_of_body(result.result.get("error"), None))), None
+    if kind in ("canceled", "expired"):
+        return (str(kind), None), None
+    try:
+        if kind != "succeeded":
+            raise ValueError(f"a result of type {kind!r}")
+        message = Message.model_validate(result.result.get("message"))
+    except (ValidationError, ValueError):
+        error = problem_body(
+            ErrorCode.UPSTREAM_BAD_RESPONSE,
+            "The upstream API's result for this request is not a message.",
+        )
+        return ("errored", error), None
+    return ("succeeded", None), _answer_row(batch_id, tenant_id, request, message, indexes)
+
+
+def _answer_row(
+    batch_id: str,
+    tenant_id: str,
+    request: AnswerBatchRequest,
+    message: Message,
+    indexes: dict[tuple[str, ...], list[DocumentIndex]],
+) -> dict[str, Any]:
+    # What createAnswer would have prepared, from what the request's row kept of it.
+    prepared = Prepared(
+        request.answer_id,
+        request.question,
+        None,
+        [],
+        {"system": request.system, "max_tokens": request.max_tokens},
+        request.retrieval or {},
+        passages_asked(request.retrieval),
+    )
+    return answer_values(
+        prepared,
+        tenant_id,
+        status="completed",
+        content=[block.model_dump(exclude_none=True) for block in message.content],
+        model=message.model,
+        stop_reason=message.stop_reason,
+        usage=usage_of(message),
+        message_id=message.id,
+        request_id=None,
+        batch_id=batch_id,
+        documents=request.documents,
+        indexes=indexes[tuple(request.document_ids)],
+    )

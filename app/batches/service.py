@@ -1,0 +1,345 @@
+"""Answer batches: many questions sent upstream as one Message Batch, answered within a day.
+
+Each question is checked and built exactly as createAnswer builds it (``answers.service.
+prepare``); one that cannot be asked is an ``errored`` result at once. The batch and every
+request are rows, written in one transaction once the upstream has accepted the batch; the
+poller (``app.batches.poller``) stores the results. A request's answer id is fixed at creation,
+so its Answer is stored once however often its result is read.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+import anyio
+import orjson
+from pydantic import ValidationError
+from sqlalchemy import func, insert, select
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from app.answers.schemas import AnswerRequest
+from app.answers.service import AnswerContext, Prepared, prepare
+from app.auth.keys import Principal
+from app.batches.schemas import NOT_IN_BATCHES, AnswerBatchItem
+from app.db.models import Answer, AnswerBatch, AnswerBatchRequest, utcnow
+from app.db.tenancy import get_owned, list_newest
+from app.errors import (
+    CitegateError,
+    ErrorCode,
+    InvalidRequest,
+    PayloadTooLarge,
+    problem_body,
+    problem_of,
+)
+from app.ids import new_id
+from app.pagination import Page, decode_index_cursor, paginate
+from app.upstream.wire import MAX_BATCH_BYTES
+
+log = logging.getLogger(__name__)
+
+BATCH_LIFETIME = timedelta(hours=24)  # the upstream's; a batch with nothing to send ends at once
+PENDING = "pending"
+# A request's status in the database, as request_counts names it.
+_COUNTED = {
+    PENDING: "processing",
+    "succeeded": "succeeded",
+    "errored": "errored",
+    "canceled": "canceled",
+    "expired": "expired",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class BatchQuestion:
+    """A request of a batch: what createAnswer would send for it, or the problem that keeps it
+    from being asked."""
+
+    custom_id: str
+    prepared: Prepared | None
+    error: dict[str, Any] | None = None
+
+
+async def prepare_questions(
+    session: AsyncSession,
+    tenant_id: str,
+    items: Sequence[AnswerBatchItem],
+    context: AnswerContext,
+) -> list[BatchQuestion]:
+    """Check and build every request as createAnswer would; a request that cannot be asked
+    gets its problem. The session's connection is given back at the end."""
+    _check_unique([item.custom_id for item in items])
+    questions = []
+    try:
+        for item in items:
+            questions.append(await _prepare_one(session, tenant_id, item, context))
+    finally:
+        await session.rollback()  # only reads; a refusal may have left a transaction open
+    return questions
+
+
+async def _prepare_one(
+    session: AsyncSession, tenant_id: str, item: AnswerBatchItem, context: AnswerContext
+) -> BatchQuestion:
+    fields = dict(item.model_extra or {})
+    refused = [name for name in NOT_IN_BATCHES if name in fields]
+    if refused:
+        errors: list[dict[str, Any]] = [
+            {"loc": [name], "msg": "Not in a batch request", "type": "extra_forbidden"}
+            for name in refused
+        ]
+        return BatchQuestion(item.custom_id, None, _invalid(errors))
+    try:
+        body = AnswerRequest.model_validate(fields)
+    except ValidationError as exc:
+        errors = [
+            {"loc": [*error["loc"]], "msg": error["msg"], "type": error["type"]}
+            for error in exc.errors(include_url=False, include_input=False)
+        ]
+        return BatchQuestion(item.custom_id, None, _invalid(errors))
+    try:
+        prepared = await prepare(session, tenant_id, body, context)
+    except CitegateError as exc:
+        return BatchQuestion(item.custom_id, None, problem_of(exc))
+    return BatchQuestion(item.custom_id, prepared)
+
+
+def _invalid(errors: list[dict[str, Any]]) -> dict[str, Any]:
+    return problem_body(
+        ErrorCode.VALIDATION_ERROR, "The request is not valid; see errors.", errors=errors
+    )
+
+
+def _check_unique(custom_ids: Sequence[str]) -> None:
+    seen: set[str] = set()
+    for custom_id in custom_ids:
+        if custom_id in seen:
+            raise InvalidRequest(
+                f"custom_id {custom_id!r} names more than one request.",
+                code=ErrorCode.DUPLICATE_CUSTOM_IDS,
+            )
+        seen.add(custom_id)
+
+
+def batch_body(questions: Sequence[BatchQuestion]) -> bytes:
+    """The Message Batch of the questions that can be asked, as JSON. Blocking (it can be
+    hundreds of megabytes); 413 ``batch_too_large`` above the upstream's limit."""
+    requests = [
+        {"custom_id": question.custom_id, "params": question.prepared.request}
+        for question in questions
+        if question.prepared is not None
+    ]
+    content = orjson.dumps({"requests": requests})
+    if len(content) > MAX_BATCH_BYTES:
+        raise PayloadTooLarge(
+            f"The batch's requests make {len(content)} bytes upstream; the limit is "
+            f"{MAX_BATCH_BYTES}.",
+            code=ErrorCode.BATCH_TOO_LARGE,
+        )
+    return content
+
+
+async def create_batch(
+    session: AsyncSession,
+    principal: Principal,
+    items: Sequence[AnswerBatchItem],
+    context: AnswerContext,
+) -> AnswerBatch:
+    """Check every request, send those that can be asked upstream as one Message Batch, and
+    store the batch with every request (the refused ones already ``errored``)."""
+    questions = await prepare_questions(session, principal.tenant_id, items, context)
+    return await store_batch(principal, questions, context)
+
+
+async def store_batch(
+    principal: Principal, questions: Sequence[BatchQuestion], context: AnswerContext
+) -> AnswerBatch:
+    """Send the questions that can be asked upstream as one Message Batch; store the batch and
+    all its requests in one transaction. When the upstream refuses, nothing is stored."""
+    now = utcnow()
+    upstream = None
+    if any(question.prepared is not None for question in questions):
+        await context.limits.check_tokens(principal)
+        content = await anyio.to_thread.run_sync(batch_body, questions)
+        upstream = await context.upstream.create_batch(content)
+        del content
+    batch_id = new_id("batch")
+    batch: dict[str, Any] = {
+        "id": batch_id,
+        "tenant_id": principal.tenant_id,
+        "status": "in_progress" if upstream else "ended",
+        "upstream_batch_id": upstream.id if upstream else None,
+        "request_count": len(questions),
+        "created_at": now,
+        "expires_at": upstream.expires_at if upstream else now + BATCH_LIFETIME,
+        "ended_at": None if upstream else now,
+        "cancel_requested_at": None,
+        "next_poll_at": now + timedelta(seconds=context.settings.batch_poll_seconds),
+        "polls_unchanged": 0,
+        "lease_owner": None,
+        "lease_until": None,
+    }
+    rows = [
+        _request_row(batch_id, principal.tenant_id, position, question)
+        for position, question in enumerate(questions)
+    ]
+    try:
+        async with context.engine.begin() as connection:
+            await connection.execute(insert(AnswerBatch), [batch])
+            await connection.execute(insert(AnswerBatchRequest), rows)
+    except BaseException:
+        if upstream is not None:
+            with anyio.CancelScope(shield=True):
+                await _cancel_quietly(context, upstream.id)
+        raise
+    for row in rows:
+        if row["status"] != PENDING:
+            context.metrics.batch_results.labels(row["status"]).inc()
+    return AnswerBatch(**batch)
+
+
+async def _cancel_quietly(context: AnswerContext, upstream_id: str) -> None:
+    """An upstream batch that could not be stored is cancelled, so that it is not paid for."""
+    try:
+        await context.upstream.cancel_batch(upstream_id)
+    except CitegateError:
+        log.warning("upstream batch %s was not stored and could not be cancelled", upstream_id)
+
+
+def _request_row(
+    batch_id: str, tenant_id: str, position: int, question: BatchQuestion
+) -> dict[str, Any]:
+    prepared = question.prepared
+    if prepared is None:
+        return {
+            "batch_id": batch_id,
+            "tenant_id": tenant_id,
+            "position": position,
+            "custom_id": question.custom_id,
+            "status": "errored",
+            "answer_id": new_id("ans"),
+            "question": "",
+            "system": None,
+            "model": None,
+            "max_tokens": None,
+            "document_ids": [],
+            "documents": [],
+            "retrieval": None,
+            "error": question.error,
+        }
+    return {
+        "batch_id": batch_id,
+        "tenant_id": tenant_id,
+        "position": position,
+        "custom_id": question.custom_id,
+        "status": PENDING,
+        "answer_id": prepared.id,
+        "question": prepared.question,
+        "system": prepared.request.get("system"),
+        "model": prepared.request["model"],
+        "max_tokens": prepared.request["max_tokens"],
+        # A question of /v1 names stored documents only (no source is None).
+        "document_ids": [source.document_id for source in prepared.sources if source],
+        "documents": prepared.documents,
+        "retrieval": prepared.retrieval,
+        "error": None,
+    }
+
+
+async def get_batch(session: AsyncSession, tenant_id: str, batch_id: str) -> AnswerBatch:
+    return await get_owned(session, AnswerBatch, tenant_id, batch_id, "answer batch")
+
+
+async def list_batches(
+    session: AsyncSession, tenant_id: str, limit: int, cursor: str | None
+) -> Page[AnswerBatch]:
+    return await list_newest(session, AnswerBatch, tenant_id, limit, cursor)
+
+
+async def request_counts(
+    session: AsyncSession, batch_ids: Sequence[str]
+) -> dict[str, dict[str, int]]:
+    """Each batch's requests by status, counted from the rows (so always true)."""
+    counts = {batch_id: dict.fromkeys(_COUNTED.values(), 0) for batch_id in batch_ids}
+    if not batch_ids:
+        return counts
+    query = (
+        select(AnswerBatchRequest.batch_id, AnswerBatchRequest.status, func.count())
+        .where(AnswerBatchRequest.batch_id.in_(batch_ids))
+        .group_by(AnswerBatchRequest.batch_id, AnswerBatchRequest.status)
+    )
+    for batch_id, status, count in (await session.execute(query)).all():
+        counts[batch_id][_COUNTED[status]] = count
+    return counts
+
+
+@dataclass(frozen=True, slots=True)
+class BatchResult:
+    custom_id: str
+    status: str
+    answer: Answer | None
+    error: dict[str, Any] | None
+
+
+async def list_results(
+    session: AsyncSession, tenant_id: str, batch_id: str, limit: int, cursor: str | None
+) -> Page[BatchResult]:
+    """The results known so far, in request order; a request still being answered has none."""
+    await get_batch(session, tenant_id, batch_id)
+    query = (
+        select(AnswerBatchRequest, Answer)
+        .outerjoin(Answer, Answer.id == AnswerBatchRequest.answer_id)
+        .where(AnswerBatchRequest.batch_id == batch_id, AnswerBatchRequest.status != PENDING)
+    )
+    if cursor is not None:
+        query = query.where(AnswerBatchRequest.position > decode_index_cursor(cursor))
+    rows = (
+        await session.execute(query.order_by(AnswerBatchRequest.position).limit(limit + 1))
+    ).all()
+    page = paginate(rows, limit, key=lambda row: row[0].position)
+    return Page(
+        [
+            BatchResult(request.custom_id, request.status, answer, request.error)
+            for request, answer in page.items
+        ],
+        page.next_cursor,
+    )
+
+
+async def cancel_batch(
+    session: AsyncSession, tenant_id: str, batch_id: str, context: AnswerContext
+) -> AnswerBatch:
+    """Ask the upstream to cancel; the poller stores the results (canceled or not) as the
+    batch ends. An ended batch, or one already canceling, is returned as it is."""
+    batch = await get_batch(session, tenant_id, batch_id)
+    if batch.status in ("ended", "canceling") or batch.upstream_batch_id is None:
+        return batch
+    await session.commit()  # no connection is held while the upstream answers
+    await context.upstream.cancel_batch(batch.upstream_batch_id)
+    batch = await get_batch(session, tenant_id, batch_id)
+    if batch.status != "ended":
+        batch.status = "canceling"
+        batch.cancel_requested_at = utcnow()
+        batch.next_poll_at = utcnow()
+        batch.polls_unchanged = 0
+        await session.commit()
+    return batch
+
+
+def batch_payload(batch: AnswerBatch, counts: dict[str, int]) -> dict[str, Any]:
+    """The AnswerBatch as the API shows it."""
+    return {
+        "id": batch.id,
+        "status": batch.status,
+        "request_counts": counts,
+        "created_at": _time(batch.created_at),
+        "ended_at": _time(batch.ended_at),
+        "expires_at": _time(batch.expires_at),
+    }
+
+
+def _time(value: datetime | None) -> str | None:
+    return value.isoformat().replace("+00:00", "Z") if value is not None else None
