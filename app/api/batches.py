@@ -7,9 +7,17 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Path, Request, status
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.answers.service import answer_payload
+from app.answers.service import answer_out
 from app.api.answers import ContextDep
-from app.api.deps import DEFAULT_LIMIT, CursorQuery, LimitQuery, PrincipalDep, SessionDep, TenantDep
+from app.api.deps import (
+    DEFAULT_LIMIT,
+    CursorQuery,
+    LimitQuery,
+    PdfPagesDep,
+    PrincipalDep,
+    SessionDep,
+    TenantDep,
+)
 from app.api.problems import AUTH_PROBLEMS, BODY_PROBLEMS, UPSTREAM_PROBLEMS, links, problems
 from app.api.responses import OrjsonResponse
 from app.batches import service
@@ -107,6 +115,7 @@ async def list_answer_batch_results(
     batch_id: BatchId,
     session: SessionDep,
     tenant_id: TenantDep,
+    pages: PdfPagesDep,
     limit: LimitQuery = DEFAULT_LIMIT,
     cursor: CursorQuery = None,
 ) -> OrjsonResponse:
@@ -115,7 +124,10 @@ async def list_answer_batch_results(
         {
             "custom_id": result.custom_id,
             "status": result.status,
-            "answer": answer_payload(result.answer) if result.answer is not None else None,
+            # As getAnswer shows it: boxes on the spans of PDFs, measured on read.
+            "answer": None
+            if result.answer is None
+            else await answer_out(session, pages, result.answer),
             "error": result.error,
         }
         for result in page.items
