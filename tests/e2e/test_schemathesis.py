@@ -31,8 +31,12 @@ CHECKS = (
     "negative_data_rejection",  # what the schema calls invalid is refused with a 4xx
     "ignored_auth",  # every operation that declares the API key refuses a request without it
     "use_after_free",  # a deleted document or conversation is gone
-    "ensure_resource_availability",  # a created one can be read at once
 )
+# Not "ensure_resource_availability": once addCollectionDocuments had links from createCollection,
+# its 404 document_not_found for unknown ids in the body read as the new collection missing, and
+# a per-operation exception in the config is not applied to checks named on the command line.
+# That a created document, conversation, collection or answer is readable at once is tested
+# over HTTP by the e2e tests of each.
 PHASES = ("examples", "coverage", "fuzzing", "stateful")
 MAX_EXAMPLES = 25
 SEED = 20250101
@@ -105,14 +109,14 @@ def test_schemathesis_finds_no_errors(
         f"parameters = {{ {json.dumps('body.document_ids')} = {json.dumps([document_id])} }}\n"
     )
     report = schemathesis(unlimited.base_url, key, config, "--exclude-method", "DELETE")
-    assert "Selected: 25/29" in report, report
+    assert "Selected: 27/32" in report, report
     answered = httpx.get(f"{unlimited.base_url}/v1/documents/{document_id}", headers=auth)
     assert answered.status_code == 200  # the document was there all along
 
     # Then every operation; ids of created documents, answers and conversations come by links.
     config.write_text("[cache]\nenabled = false\n")
     report = schemathesis(unlimited.base_url, key, config)
-    assert "Selected: 29/29" in report, report
+    assert "Selected: 32/32" in report, report
 
 
 NUL = "a\x00b"
