@@ -35,6 +35,7 @@ from app.documents.sources import (
     describe_sources,
     load_sources,
     request_limits,
+    sent_blocks,
 )
 from app.errors import CitegateError, ErrorCode, problem_of
 from app.ids import new_id
@@ -143,7 +144,7 @@ async def _prepare(
         # End the read transaction: no connection is held while the upstream answers.
         await session.commit()
         request = build_message_request(
-            [source.prompt for source in sources],
+            sent_blocks(sources),
             body.question,
             model=model or settings.default_model,
             max_tokens=body.max_tokens or settings.max_tokens,
@@ -337,7 +338,11 @@ async def open_stream(
             context.upstream.stream_message(prepared.request)
         )
         events = upstream.events()
-        answer = AnswerStream([source.index for source in prepared.sources], prepared.passages)
+        answer = AnswerStream(
+            [source.index for source in prepared.sources],
+            prepared.passages,
+            sent_blocks(prepared.sources),
+        )
         async for event in events:  # up to message_start: the upstream has begun
             answer.feed(event)
             if answer.started:
@@ -468,7 +473,10 @@ async def _store(
 ) -> Answer:
     await context.limits.spend_tokens(principal, sum(usage.values()))
     text, segments = build_segments(
-        content, [source.index for source in prepared.sources], prepared.passages
+        content,
+        [source.index for source in prepared.sources],
+        prepared.passages,
+        sent_blocks(prepared.sources),
     )
     values = {
         "id": prepared.id,

@@ -10,6 +10,7 @@ from __future__ import annotations
 import io
 import logging
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import pypdf
@@ -123,3 +124,51 @@ def _extract_with_pypdf(data: bytes) -> PdfText:
 def _storable(text: str) -> str:
     # PostgreSQL text cannot hold NUL; it carries no meaning in extracted text.
     return text.replace("\x00", "\ufffd")
+
+
+def split_pdf(data: bytes, windows: Sequence[tuple[int, int]]) -> list[bytes]:
+    """A PDF of each window's pages (``(first, last)``, 1-based, inclusive), made by PDFium's
+    page import from ``data``: the pages' content and resources are copied, nothing rendered,
+    so each page's text extracts as it does from the original. A PDF that only pypdf reads is
+    split by pypdf.
+
+    Safe to call from several threads at once: PDFium work takes ``_PDFIUM`` in turn.
+    """
+    with _PDFIUM:
+        parts = _split_with_pdfium(data, windows)
+    return parts if parts is not None else _split_with_pypdf(data, windows)
+
+
+def _split_with_pdfium(data: bytes, windows: Sequence[tuple[int, int]]) -> list[bytes] | None:
+    """None when PDFium refuses the file. Call it holding ``_PDFIUM``."""
+    try:
+        source = pdfium.PdfDocument(data)
+    except pdfium.PdfiumError:
+        return None
+    parts = []
+    try:
+        for first, last in windows:
+            window = pdfium.PdfDocument.new()
+            try:
+                window.import_pages(source, list(range(first - 1, last)))
+                buffer = io.BytesIO()
+                window.save(buffer)
+            finally:
+                window.close()
+            parts.append(buffer.getvalue())
+    finally:
+        source.close()
+    return parts
+
+
+def _split_with_pypdf(data: bytes, windows: Sequence[tuple[int, int]]) -> list[bytes]:
+    reader = pypdf.PdfReader(io.BytesIO(data))
+    parts = []
+    for first, last in windows:
+        writer = pypdf.PdfWriter()
+        for number in range(first - 1, last):
+            writer.add_page(reader.pages[number])
+        buffer = io.BytesIO()
+        writer.write(buffer)
+        parts.append(buffer.getvalue())
+    return parts

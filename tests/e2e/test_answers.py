@@ -426,7 +426,7 @@ def test_bad_questions_are_refused_before_the_upstream(
 def test_too_many_pdf_pages(settings: Settings, fake: FakeUpstream, client: httpx.Client) -> None:
     fake.reset(Reply(500))
     with (
-        behind(settings, fake, max_pdf_pages_per_request=5) as app,
+        behind(settings, fake, max_pdf_pages_per_document=5) as app,
         httpx.Client(base_url=app.base_url) as http,
     ):
         ids = [

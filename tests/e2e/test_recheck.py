@@ -23,7 +23,7 @@ from tests.fixture_files import CORPUS
 
 @pytest.fixture
 def remembering(settings: Settings, client: httpx.Client) -> Iterator[ServedApp]:
-    update = {"recheck_seconds": 3600, "max_pdf_pages_per_request": 5}
+    update = {"recheck_seconds": 3600, "max_pdf_pages_per_document": 5}
     with ServedApp(settings.model_copy(update=update)) as app:
         yield app
 
