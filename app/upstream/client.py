@@ -192,7 +192,9 @@ class UpstreamClient:
         try:
             async for attempt in self._retrying.copy():
                 with attempt:
-                    request = self._http.build_request("POST", path, content=content, headers=_JSON)
+                    request = self._http.build_request(
+                        "POST", path, content=_body(content), headers=_headers_for(content)
+                    )
                     response = await self._http.send(request, stream=stream)
                     if response.status_code in RETRYABLE_STATUSES:
                         await _read_and_close(response)
@@ -211,6 +213,27 @@ class UpstreamClient:
             return response
         await _read_and_close(response)
         raise _error_from(response)
+
+
+# A body larger than this is handed to the transport in pieces of this size: written whole
+# (PDF windows make bodies of many megabytes) it would hold the loop (aiohttp warns of it).
+_PIECE = 1024 * 1024
+
+
+def _body(content: bytes) -> bytes | AsyncIterator[bytes]:
+    return content if len(content) <= _PIECE else _pieces(content)
+
+
+def _headers_for(content: bytes) -> dict[str, str]:
+    if len(content) <= _PIECE:
+        return _JSON
+    return {**_JSON, "content-length": str(len(content))}  # sent in pieces, still not chunked
+
+
+async def _pieces(content: bytes) -> AsyncIterator[bytes]:
+    view = memoryview(content)
+    for start in range(0, len(view), _PIECE):
+        yield bytes(view[start : start + _PIECE])
 
 
 async def _read_and_close(response: httpx.Response) -> None:
