@@ -66,11 +66,7 @@ class RequestLimits:
     def check(self, cost: RequestCost) -> None:
         """422 ``document_too_large`` when ``cost`` does not fit."""
         for what, used, limit in (
-            (
-                "document blocks (a page window of a long PDF is one)",
-                cost.documents,
-                self.documents,
-            ),
+            ("documents (each page window of a long PDF counts)", cost.documents, self.documents),
             ("bytes", cost.bytes, self.bytes),
             ("input tokens (estimated)", cost.tokens, self.tokens),
         ):

@@ -87,31 +87,6 @@ def assert_verified_at(citation: dict[str, Any], document_id: str, pages: dict[i
     assert citation["cited_text"].strip() in pages[first].replace("\ufffe", "\u0002")
 
 
-def test_a_700_page_pdf_answers_from_pages_past_600_through_the_local_engine(
-    client: httpx.Client, long_pdf: Path
-) -> None:
-    document = upload_long(client, long_pdf)
-    body = {"question": REVENUE, "document_ids": [document["id"]], "retrieval": WHOLE}
-    response = client.post("/v1/answers", json=body)
-    assert response.status_code == 200, response.text
-    answer = response.json()
-    assert answer["retrieval"]["mode"] == "documents"
-    assert answer["documents"] == [
-        {"document_index": 0, "document_id": document["id"], "title": "Long report"}
-    ]
-    citations = [c for segment in answer["segments"] for c in segment["citations"]]
-    assert citations, answer["text"]
-    pages = page_texts(long_pdf)
-    for citation in citations:
-        assert citation["type"] == "page_location"
-        assert AMAZON_FROM <= citation["start_page_number"] <= AMAZON_FROM + 10, citation
-        assert citation["document_title"] == f"Long report (pages 601–{PAGES})"
-        assert_verified_at(citation, document["id"], pages)
-    # Too many estimated tokens for `auto`: it answers from passages instead.
-    auto = client.post("/v1/answers", json={**body, "retrieval": {"mode": "auto"}}).json()
-    assert auto["retrieval"]["mode"] == "passages"
-
-
 def window_of(block: dict[str, Any]) -> pdfium.PdfDocument:
     assert block["source"]["media_type"] == "application/pdf"
     return pdfium.PdfDocument(base64.b64decode(block["source"]["data"], validate=True))
@@ -140,12 +115,34 @@ def stream(http: httpx.Client, body: dict[str, Any]) -> dict[str, Any]:
     return done
 
 
-def test_windows_sent_upstream_and_their_citations(
+def test_a_700_page_pdf_is_sent_in_page_windows_and_cited_at_its_own_pages(
     settings: Settings, fake: FakeUpstream, client: httpx.Client, long_pdf: Path
 ) -> None:
+    # Stored once (the served app and the one behind the fake share the database).
+    document = upload_long(client, long_pdf)
+    pages = page_texts(long_pdf)
+
+    # Through the local engine, which reads the windows as PDFs.
+    body = {"question": REVENUE, "document_ids": [document["id"]], "retrieval": WHOLE}
+    response = client.post("/v1/answers", json=body)
+    assert response.status_code == 200, response.text
+    answer = response.json()
+    assert answer["retrieval"]["mode"] == "documents"
+    assert answer["documents"] == [
+        {"document_index": 0, "document_id": document["id"], "title": "Long report"}
+    ]
+    citations = [c for segment in answer["segments"] for c in segment["citations"]]
+    assert citations, answer["text"]
+    for citation in citations:
+        assert citation["type"] == "page_location"
+        assert AMAZON_FROM <= citation["start_page_number"] <= AMAZON_FROM + 10, citation
+        assert citation["document_title"] == f"Long report (pages 601–{PAGES})"
+        assert_verified_at(citation, document["id"], pages)
+    # Too many estimated tokens for `auto`: it answers from passages instead.
+    auto = client.post("/v1/answers", json={**body, "retrieval": {"mode": "auto"}}).json()
+    assert auto["retrieval"]["mode"] == "passages"
+
     with behind(settings, fake) as app, httpx.Client(base_url=app.base_url, timeout=60) as http:
-        document = upload_long(http, long_pdf)
-        pages = page_texts(long_pdf)
         text = http.post(
             "/v1/documents", json={"source": {"type": "text", "data": "The sky is blue."}}
         ).json()
@@ -221,7 +218,7 @@ def test_windows_that_cannot_fit_one_request(
         refused = assert_problem(
             http.post("/v1/answers", json={**body, "retrieval": WHOLE}), 422, "document_too_large"
         )
-        assert "page window" in refused["detail"]
+        assert "117 documents (each page window" in refused["detail"]
         assert fake.requests == []
         auto = http.post("/v1/answers", json=body)
         assert auto.status_code == 200 and auto.json()["retrieval"]["mode"] == "passages"
