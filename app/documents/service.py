@@ -20,6 +20,7 @@ from sqlalchemy import delete, insert, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from app.db.blobs import insert_blob
 from app.db.models import CollectionDocument, Document, DocumentBlob, DocumentChunk
 from app.db.tenancy import get_owned, list_newest
 from app.documents.kinds import (
@@ -244,9 +245,9 @@ async def _store(
         warnings=parsed.warnings,
     )
     session.add(document)
-    session.add(DocumentBlob(document_id=document.id, tenant_id=tenant_id, data=data))
     try:
         await session.flush()
+        await insert_blob(session, document.id, tenant_id, data)
         await _insert_chunks(session, document.id, tenant_id, parsed)
         await index_document(session, document.id)
         await session.commit()
