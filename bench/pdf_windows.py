@@ -1,6 +1,7 @@
 """Long and large PDFs: a 2,000-page PDF stored through the API; the page windows of a
-1,000-page PDF (of text, and of the 117-page sample's pages) made as a question makes them; and the service's peak RSS while a large PDF
-(200 MB by default) is uploaded, against its size. Prints figures; asserts nothing.
+1,000-page PDF (of text, and of the 117-page sample's pages) made as a question makes them;
+and the service's peak RSS while a large PDF (200 MB by default) is uploaded, against its
+size. Prints figures; asserts nothing.
 
     .venv/bin/python bench/pdf_windows.py [--database-url URL] [--large-mb N]
 
