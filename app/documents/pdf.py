@@ -7,8 +7,10 @@ character for character. Both libraries' failures become one error type, ``PdfEr
 
 from __future__ import annotations
 
+import hashlib
 import io
 import logging
+import re
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -155,7 +157,7 @@ def _split_with_pdfium(data: bytes, windows: Sequence[tuple[int, int]]) -> list[
                 window.save(buffer)
             finally:
                 window.close()
-            parts.append(buffer.getvalue())
+            parts.append(_stable_id(buffer.getvalue()))
     finally:
         source.close()
     return parts
@@ -172,3 +174,27 @@ def _split_with_pypdf(data: bytes, windows: Sequence[tuple[int, int]]) -> list[b
         writer.write(buffer)
         parts.append(buffer.getvalue())
     return parts
+
+
+_TRAILER_ID = re.compile(rb"/ID\s*\[\s*<([0-9A-Fa-f]{1,64})>\s*<([0-9A-Fa-f]{1,64})>")
+
+
+def _stable_id(data: bytes) -> bytes:
+    """The PDF with its trailer's file identifier made from its content (PDFium writes a random
+    one): the same pages make the same bytes in every process, so the upstream's prompt cache
+    knows a window made again. The identifier keeps its length, so no offset moves."""
+    trailer = data.rfind(b"trailer")
+    found = _TRAILER_ID.search(data, trailer) if trailer != -1 else None
+    if found is None:
+        return data
+    digest = hashlib.sha256(memoryview(data)[:trailer]).hexdigest().upper().encode()
+    first, second = found.span(1), found.span(2)
+    return b"".join(
+        (
+            data[: first[0]],
+            digest[: first[1] - first[0]],
+            data[first[1] : second[0]],
+            digest[: second[1] - second[0]],
+            data[second[1] :],
+        )
+    )

@@ -1,15 +1,18 @@
 """Page windows of long PDFs: how they are cut, titled, and how a citation of one maps to the
-original's pages and back (pure functions)."""
+original's pages and back, and the windows themselves."""
 
 from __future__ import annotations
 
 import itertools
 
+import pypdfium2 as pdfium
 from hypothesis import given
 from hypothesis import strategies as st
 
 from app.answers.prompt import PromptDocument, citation_param, window_title
 from app.documents.kinds import PDF, TEXT
+from app.documents.pdf import extract_pdf_text, split_pdf
+from tests.fixture_files import CORPUS
 
 MB = 1_000_000
 
@@ -81,3 +84,15 @@ def test_a_citation_past_its_window_maps_nowhere() -> None:
     assert PDF.from_window(_citation(101, 102), (601, 700)) is None
     assert PDF.from_window(_citation(0, 1), (601, 700)) is None
     assert PDF.from_window(_citation(100, 101), (601, 700)) == _citation(700, 701)
+
+
+def test_windows_are_the_same_bytes_each_time_and_read_as_the_original_pages() -> None:
+    data = (CORPUS / "pdflatex-4-pages.pdf").read_bytes()
+    first, second = split_pdf(data, [(1, 2), (3, 4)])
+    assert split_pdf(data, [(1, 2), (3, 4)]) == [first, second]  # the prompt cache's key
+    pages = extract_pdf_text(data).pages
+    assert extract_pdf_text(first).pages == pages[:2]
+    assert extract_pdf_text(second).pages == pages[2:]
+    window = pdfium.PdfDocument(second)
+    assert len(window) == 2
+    window.close()
