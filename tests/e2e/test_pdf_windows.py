@@ -190,6 +190,9 @@ def test_a_700_page_pdf_is_sent_in_page_windows_and_cited_at_its_own_pages(
         assert [s["citations"] for s in done["segments"]] == [
             s["citations"] for s in answer["segments"]
         ]
+        # The windows were kept: the same bytes again, which the prompt cache recognises.
+        again = fake.requests[-1].body["messages"][0]["content"]
+        assert [b for b in again if b["type"] == "document"] == blocks
 
         # A conversation sends the earlier answer back pointing at the windows again.
         conversation = http.post("/v1/conversations", json={"document_ids": ids}).json()
