@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import io
 import json
+import socket
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -21,7 +22,7 @@ from httpx_sse import connect_sse
 
 from app.settings import Settings
 from app.upstream.wire import MAX_REQUEST_BYTES
-from tests.conftest import ServedApp, behind, count_rows
+from tests.conftest import Served, ServedApp, behind, count_rows
 from tests.e2e.test_documents import assert_problem
 from tests.fake_upstream import FakeUpstream, Reply, message, sse_message
 from tests.fixture_files import AMAZON_PDF, CORPUS
@@ -254,3 +255,35 @@ def test_a_pdf_over_the_storage_limit_is_refused_as_it_streams(
         declared = http.post("/v1/documents/upload", files={"file": ("big.pdf", data)})
         assert_problem(declared, 413, "payload_too_large")
     assert count_rows(database_url) == before
+
+
+def head_of_reply(port: int, request: bytes) -> bytes:
+    """The status line and headers the service answers a request whose body never comes."""
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+        sock.sendall(request)
+        answer = b""
+        while b"\r\n\r\n" not in answer:
+            part = sock.recv(65536)
+            if not part:
+                break
+            answer += part
+    return answer
+
+
+def test_the_storage_limit_takes_uploads_and_json_stays_within_32_mib(served: Served) -> None:
+    """With the default limits, a 100 MB upload is read (no answer before its body); a JSON
+    document of 50 MB is refused at once."""
+    json_body = (
+        b"POST /v1/documents HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        b"Content-Length: 50000000\r\n\r\n{"
+    )
+    assert head_of_reply(served.port, json_body).startswith(b"HTTP/1.1 413")
+    with socket.create_connection(("127.0.0.1", served.port), timeout=10) as sock:
+        sock.sendall(
+            b"POST /v1/documents/upload HTTP/1.1\r\nHost: x\r\n"
+            b"Content-Type: multipart/form-data; boundary=b\r\n"
+            b"Content-Length: 100000000\r\n\r\n--b\r\n"
+        )
+        sock.settimeout(1)
+        with pytest.raises(TimeoutError):  # waiting for the rest of the body
+            sock.recv(65536)
