@@ -101,7 +101,8 @@ class ErrorCode(StrEnum):
     PAYLOAD_TOO_LARGE = (
         "payload_too_large",
         413,
-        "a body or document over `CITEGATE_MAX_DOCUMENT_BYTES`",
+        "a document over `CITEGATE_MAX_DOCUMENT_BYTES` (given as JSON, over it or 32 MiB), "
+        "or a body too large to hold one",
     )
     INVALID_CURSOR = "invalid_cursor", 422, "a `cursor` that Citegate did not make"
     # Keys and limits
@@ -180,11 +181,6 @@ class ErrorCode(StrEnum):
         "document_not_citable",
         422,
         'a question about a document without text (`"citable": false`)',
-    )
-    TOO_MANY_PDF_PAGES = (
-        "too_many_pdf_pages",
-        422,
-        "PDFs with more pages in all than `CITEGATE_MAX_PDF_PAGES_PER_REQUEST`",
     )
     DOCUMENT_TOO_LARGE = (
         "document_too_large",

@@ -22,9 +22,11 @@ class Settings(BaseSettings):
         description="SQLAlchemy async URL: sqlite+aiosqlite:///… or postgresql+asyncpg://…",
     )
     max_document_bytes: int = Field(
-        default=32 * MIB,
+        default=256 * MIB,
         gt=0,
-        description="Largest document accepted, in bytes (the upstream's request limit).",
+        description="Largest document stored, in bytes. An upload is streamed to a temporary "
+        "file while it arrives; a document given as JSON is limited to the upstream's request "
+        "size besides.",
     )
     max_unpacked_bytes: int = Field(
         default=128 * MIB,
@@ -105,8 +107,16 @@ class Settings(BaseSettings):
         description="A stream whose client reads nothing for this long is ended and its answer "
         "stored as cancelled; 0: wait for the client as long as its connection is open.",
     )
-    max_pdf_pages_per_request: int = Field(
-        default=600, ge=1, description="The upstream's PDF page limit for one request."
+    max_pdf_pages_per_document: int = Field(
+        default=600,
+        ge=1,
+        validation_alias=AliasChoices(
+            "CITEGATE_MAX_PDF_PAGES_PER_DOCUMENT",
+            "CITEGATE_MAX_PDF_PAGES_PER_REQUEST",  # its name before PDFs were sent in windows
+            "max_pdf_pages_per_document",
+        ),
+        description="The upstream's page limit for one PDF document block: a longer PDF is "
+        "sent as consecutive page windows of at most this many pages.",
     )
     whole_documents_token_budget: int = Field(
         default=150_000,
@@ -155,6 +165,13 @@ class Settings(BaseSettings):
         description="The local engine's Message Batches: requests not processed this long "
         "after creation expire (the Messages API's 24 h).",
     )
+
+    @property
+    def max_json_document_bytes(self) -> int:
+        """Largest document given as JSON. A JSON body is read whole, its base64 a third larger
+        than the PDF it holds, so it stays within the upstream's request size; larger
+        documents are uploaded, which streams them to a temporary file."""
+        return min(self.max_document_bytes, 32 * MIB)
 
     @property
     def default_model(self) -> str:

@@ -2,7 +2,9 @@
 
 Every citation keeps every field the upstream sent and gains ``document_id``, ``span`` and
 ``verified``. A citation that cannot be located keeps ``span: null`` and ``verified: false``;
-nothing here raises on what the upstream sends.
+nothing here raises on what the upstream sends. A citation of a page window is made one of
+the stored document: its ``document_index`` is that document's place among the question's
+documents, and its page numbers are the original's.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
-from app.answers.prompt import passage_blocks
+from app.answers.prompt import PromptDocument, passage_blocks
 from app.documents.index import DocumentIndex, merged_locator, same_passage
 from app.documents.kinds import all_kinds, kind_named
 from app.search.passages import Passage
@@ -26,20 +28,30 @@ def resolve_citation(
     citation: dict[str, Any],
     documents: Sequence[DocumentIndex | None],
     passages: Sequence[Passage] = (),
+    sent: Sequence[PromptDocument] | None = None,
 ) -> dict[str, Any]:
     """The citation with ``document_id``, ``span`` and ``verified`` added to its fields.
 
-    ``documents`` are the request's document blocks in order; None for one that is not a
-    stored document (a caller's own, in the Anthropic-compatible API): nothing to resolve."""
+    ``documents`` are the request's documents in order; None for one that is not a stored
+    document (a caller's own, in the Anthropic-compatible API): nothing to resolve. ``sent``
+    are the request's document blocks when they are not ``documents`` one for one (a document
+    sent as page windows): the upstream's ``document_index`` counts those."""
     resolved = {**citation, "document_id": None, "span": None, "verified": False}
     if citation.get("type") == "search_result_location":
         return _resolve_search_result(resolved, passages)
     index = citation.get("document_index")
     if citation.get("type") not in _DOCUMENT_CITATIONS:
         return resolved  # web results point outside our store
-    if not isinstance(index, int) or not 0 <= index < len(documents):
+    count = len(documents) if sent is None else len(sent)
+    if not isinstance(index, int) or not 0 <= index < count:
         log.warning("citation points at document_index %r, out of range", index)
         return resolved
+    block = None if sent is None else sent[index]
+    if block is not None:
+        places = [i for i, d in enumerate(documents) if d and d.document_id == block.document_id]
+        if not places:
+            return resolved
+        index = resolved["document_index"] = places[0]
     document = documents[index]
     if document is None:
         return resolved
@@ -48,7 +60,13 @@ def resolve_citation(
     if citation["type"] != kind.citation_type:
         log.warning("a %s citation of a %s document", citation["type"], kind.name)
         return resolved
-    found = kind.locate(citation, document)
+    if block is not None and block.window is not None:
+        in_original = kind.from_window(resolved, block.window)
+        if in_original is None:
+            log.warning("citation points outside its page window %r", block.window)
+            return resolved
+        resolved = in_original
+    found = kind.locate(resolved, document)
     if found is not None:
         resolved["span"] = document.span(*found)
         resolved["verified"] = same_passage(
@@ -93,15 +111,19 @@ def build_segments(
     content: Sequence[dict[str, Any]],
     documents: Sequence[DocumentIndex | None],
     passages: Sequence[Passage] = (),
+    sent: Sequence[PromptDocument] | None = None,
 ) -> tuple[str, list[dict[str, Any]]]:
-    """The answer text and its segments: one per upstream text block, citations resolved."""
+    """The answer text and its segments: one per upstream text block, citations resolved
+    (``sent`` as for ``resolve_citation``)."""
     segments: list[dict[str, Any]] = []
     position = 0
     for block in content:
         if block.get("type") != "text":
             continue
         text = str(block.get("text") or "")
-        citations = [resolve_citation(c, documents, passages) for c in block.get("citations") or []]
+        citations = [
+            resolve_citation(c, documents, passages, sent) for c in block.get("citations") or []
+        ]
         segments.append(
             {"text": text, "start": position, "end": position + len(text), "citations": citations}
         )

@@ -14,11 +14,28 @@ EPHEMERAL = {"type": "ephemeral"}
 
 @dataclass(frozen=True, slots=True)
 class PromptDocument:
-    """A stored document as the upstream receives it: its kind made ``source``."""
+    """A document block as the upstream receives it: a stored document, or a page window of
+    one, its kind made ``source``."""
 
     title: str | None
     context: str | None
     source: dict[str, Any]
+    document_id: str | None = None
+    window: tuple[int, int] | None = None
+    """For a page window, the first and last page of the stored document it holds."""
+
+
+def window_title(title: str | None, window: tuple[int, int]) -> str:
+    """A page window's title: the document's, with the pages it holds ("… (pages 601–700)"),
+    within the upstream's 500 characters."""
+    pages = f"pages {window[0]}–{window[1]}"
+    if title is None:
+        return pages.capitalize()
+    suffix = f" ({pages})"
+    return title[: _MAX_TITLE - len(suffix)] + suffix
+
+
+_MAX_TITLE = 500
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,27 +125,60 @@ class Turn:
     passages: Sequence[Passage] = ()
 
 
-def citation_param(citation: dict[str, Any]) -> dict[str, Any] | None:
+def citation_param(
+    citation: dict[str, Any], documents: Sequence[PromptDocument] = ()
+) -> dict[str, Any] | None:
     """A resolved citation in the request-parameter shape (``document_title`` present, no
-    ``file_id``, none of our fields); None for a type the API would not take back."""
+    ``file_id``, none of our fields); None for a type the API would not take back.
+
+    A resolved citation names its stored document and, for a PDF, the original's pages; it is
+    sent back pointing at the block of ``documents`` that holds them (a page window's own
+    index and page numbers), or as it was stored when none does."""
     fields = _CITATION_PARAMS.get(str(citation.get("type")))
     if fields is None:
         return None
-    return {
+    param = {
         "type": citation["type"],
         "cited_text": citation.get("cited_text", ""),
         **{field: citation.get(field) for field in fields},
     }
+    if "document_index" in param and citation.get("document_id") is not None:
+        _place(param, citation["document_id"], documents)
+    return param
 
 
-def assistant_blocks(segments: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    """An earlier answer as assistant text blocks that carry their citations."""
+def _place(param: dict[str, Any], document_id: str, documents: Sequence[PromptDocument]) -> None:
+    page = param.get("start_page_number")
+    for index, document in enumerate(documents):
+        if document.document_id != document_id:
+            continue
+        window = document.window
+        if window is None:
+            param["document_index"] = index
+            return
+        if isinstance(page, int) and window[0] <= page <= window[1]:
+            offset = window[0] - 1
+            param["document_index"] = index
+            param["document_title"] = document.title
+            param["start_page_number"] = page - offset
+            if isinstance(end := param.get("end_page_number"), int):
+                param["end_page_number"] = end - offset
+            return
+
+
+def assistant_blocks(
+    segments: Sequence[dict[str, Any]], documents: Sequence[PromptDocument] = ()
+) -> list[dict[str, Any]]:
+    """An earlier answer as assistant text blocks that carry their citations, pointing at the
+    blocks of ``documents`` (the documents of the request it is sent back in)."""
     blocks = []
     for segment in segments:
         if not segment["text"].strip():
             continue  # the API refuses empty and whitespace-only text blocks
         block: dict[str, Any] = {"type": "text", "text": segment["text"]}
-        citations = [p for c in segment["citations"] if (p := citation_param(c)) is not None]
+        citations = [
+            p for c in segment["citations"] if (p := citation_param(c, documents)) is not None
+        ]
         if citations:
             block["citations"] = citations
         blocks.append(block)
@@ -157,7 +207,7 @@ def build_message_request(
     so the same question again is read from it; never more than 4 in all. No ``temperature``,
     ``top_p`` or ``top_k``: the current API version refuses them.
     """
-    turns = [(turn, assistant_blocks(turn.segments)) for turn in history]
+    turns = [(turn, assistant_blocks(turn.segments, documents)) for turn in history]
     turns = [(turn, blocks) for turn, blocks in turns if blocks]
     budget = MAX_CACHE_BREAKPOINTS - (1 if turns else 0) - (1 if passages else 0)
     marked = set(cache_breakpoints(len(documents), budget))

@@ -18,7 +18,13 @@ from sqlalchemy import insert
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from app.answers.citations import build_segments
-from app.answers.prompt import Turn, assistant_blocks, build_message_request, passage_blocks
+from app.answers.prompt import (
+    PromptDocument,
+    Turn,
+    assistant_blocks,
+    build_message_request,
+    passage_blocks,
+)
 from app.answers.schemas import AnswerRequest, Retrieval
 from app.answers.streaming import AnswerStream, Event
 from app.auth.keys import Principal
@@ -38,6 +44,7 @@ from app.documents.sources import (
     describe_sources,
     load_sources,
     request_limits,
+    sent_blocks,
 )
 from app.errors import CitegateError, ErrorCode, problem_of
 from app.ids import new_id
@@ -76,6 +83,8 @@ class Prepared:
     retrieval: dict[str, Any]  # as stored: mode, every passage sent, the first new one
     passages: list[Passage] = field(default_factory=list)  # every passage sent, in order
     claim: datetime | None = None  # the conversation's claim, released with exactly this value
+    # The document blocks sent, when they are not ``sources`` one for one (page windows).
+    sent: Sequence[PromptDocument] | None = None
 
     @property
     def documents(self) -> list[dict[str, Any]]:
@@ -156,7 +165,7 @@ async def _prepare(
         if session.in_transaction():
             await session.commit()
         request = build_message_request(
-            [source.prompt for source in sources],
+            sent_blocks(sources),
             body.question,
             model=model or settings.default_model,
             max_tokens=body.max_tokens or settings.max_tokens,
@@ -186,6 +195,7 @@ async def _prepare(
         retrieval,
         [*earlier, *passages],
         claimed,
+        sent_blocks(sources),
     )
 
 
@@ -377,7 +387,7 @@ async def open_relay(
             context.upstream.stream_message(prepared.request, headers)
         )
         frames = upstream.frames()
-        answer = AnswerStream(prepared.indexes, prepared.passages)
+        answer = AnswerStream(prepared.indexes, prepared.passages, prepared.sent)
         early: list[Frame] = []
         async for frame in frames:  # up to message_start: the upstream has begun
             if frame.type == "error":
@@ -597,14 +607,11 @@ def answer_values(
     request_id: str | None,
     batch_id: str | None = None,
     documents: list[dict[str, Any]] | None = None,
-    indexes: Sequence[DocumentIndex | None] | None = None,
 ) -> dict[str, Any]:
     """The row of an answer to ``prepared`` from the upstream's content blocks, every citation
-    resolved. Pure: the same for an answer asked alone and for one of a batch, whose sources
-    are not held (``documents`` as described then, ``indexes`` to resolve against)."""
-    if indexes is None:
-        indexes = prepared.indexes
-    text, segments = build_segments(content, indexes, prepared.passages)
+    resolved. Pure: the same for an answer asked alone and for one of a batch (``documents``
+    as described when the batch was made)."""
+    text, segments = build_segments(content, prepared.indexes, prepared.passages, prepared.sent)
     return {
         "id": prepared.id,
         "tenant_id": tenant_id,

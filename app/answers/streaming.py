@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from app.answers.citations import resolve_citation
+from app.answers.prompt import PromptDocument
 from app.documents.index import DocumentIndex
 from app.search.passages import Passage
 
@@ -27,10 +28,14 @@ class AnswerStream:
     """Feeds on upstream events; says which Citegate events each one makes."""
 
     def __init__(
-        self, documents: Sequence[DocumentIndex | None], passages: Sequence[Passage] = ()
+        self,
+        documents: Sequence[DocumentIndex | None],
+        passages: Sequence[Passage] = (),
+        sent: Sequence[PromptDocument] | None = None,
     ) -> None:
         self._documents = documents
         self._passages = passages
+        self._sent = sent
         self._blocks: dict[int, dict[str, Any]] = {}  # upstream block index -> block
         self._segments: dict[int, int] = {}  # upstream index of a text block -> segment index
         self.message_id: str | None = None
@@ -100,7 +105,7 @@ class AnswerStream:
 
     def _cite(self, block: dict[str, Any], segment: int, citation: dict[str, Any]) -> Event:
         block["citations"].append(citation)
-        resolved = resolve_citation(citation, self._documents, self._passages)
+        resolved = resolve_citation(citation, self._documents, self._passages, self._sent)
         return ("citation", {"segment_index": segment, "citation": resolved})
 
     def _take_usage(self, usage: Any) -> None:

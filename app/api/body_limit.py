@@ -21,8 +21,7 @@ def body_limits(settings: Settings) -> tuple[int, int]:
     """(multipart upload, JSON) body limits for the configured document size: multipart
     framing and form fields need a little room beside the file; base64 makes a PDF a third
     larger."""
-    max_bytes = settings.max_document_bytes
-    return max_bytes + MIB, -(-max_bytes * 4 // 3) + MIB
+    return settings.max_document_bytes + MIB, -(-settings.max_json_document_bytes * 4 // 3) + MIB
 
 
 class DeclaredLengthLimit:

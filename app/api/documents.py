@@ -173,7 +173,7 @@ async def create_document(
 ) -> OrjsonResponse:
     fields = service.DocumentFields(title=body.title, context=body.context, metadata=body.metadata)
     stored = await service.store_source(
-        session, tenant_id, body.source, fields, max_bytes=settings.max_document_bytes
+        session, tenant_id, body.source, fields, max_bytes=settings.max_json_document_bytes
     )
     return _stored_response(stored)
 

@@ -34,8 +34,7 @@ from app.answers.service import (
 )
 from app.batches.service import PENDING
 from app.db.models import Answer, AnswerBatch, AnswerBatchRequest, utcnow
-from app.documents.index import DocumentIndex
-from app.documents.sources import load_sources, request_limits
+from app.documents.sources import SourceDocument, load_sources, request_limits, sent_blocks
 from app.errors import CitegateError, ErrorCode, problem_body, problem_of
 from app.upstream.client import error_of_body
 from app.upstream.errors import UpstreamError
@@ -238,10 +237,10 @@ class BatchPoller:
 
     async def _indexes(
         self, session: Any, tenant_id: str, requests: Sequence[AnswerBatchRequest]
-    ) -> dict[tuple[str, ...], list[DocumentIndex]]:
-        """The stored documents' indexes the answers' citations resolve against, once per set
-        of documents. A document deleted since the batch was created resolves nothing."""
-        indexes: dict[tuple[str, ...], list[DocumentIndex]] = {}
+    ) -> dict[tuple[str, ...], list[SourceDocument]]:
+        """The stored documents the answers' citations resolve against, once per set of
+        documents. A document deleted since the batch was created resolves nothing."""
+        indexes: dict[tuple[str, ...], list[SourceDocument]] = {}
         limits = request_limits(self._settings)
         for request in requests:
             ids = tuple(request.document_ids)
@@ -255,7 +254,7 @@ class BatchPoller:
                     )
                 except CitegateError:
                     continue
-                indexes[ids] = [source.index for source in sources]
+                indexes[ids] = sources
         return indexes
 
     async def _end(
@@ -314,7 +313,7 @@ def _resolve_all(
     tenant_id: str,
     requests: Sequence[AnswerBatchRequest],
     results: dict[str, BatchResult],
-    indexes: dict[tuple[str, ...], list[DocumentIndex]],
+    indexes: dict[tuple[str, ...], list[SourceDocument]],
 ) -> list[tuple[int, tuple[str, dict[str, Any] | None], dict[str, Any] | None]]:
     """Each request's outcome, problem and answer row. Blocking: citations are resolved."""
     return [
@@ -331,7 +330,7 @@ def _resolve(
     tenant_id: str,
     request: AnswerBatchRequest,
     result: BatchResult,
-    indexes: dict[tuple[str, ...], list[DocumentIndex]],
+    indexes: dict[tuple[str, ...], list[SourceDocument]],
 ) -> tuple[tuple[str, dict[str, Any] | None], dict[str, Any] | None]:
     kind = result.result.get("type")
     if kind == "errored":
@@ -356,17 +355,19 @@ def _answer_row(
     tenant_id: str,
     request: AnswerBatchRequest,
     message: Message,
-    indexes: dict[tuple[str, ...], list[DocumentIndex]],
+    indexes: dict[tuple[str, ...], list[SourceDocument]],
 ) -> dict[str, Any]:
     # What createAnswer would have prepared, from what the request's row kept of it.
+    sources = indexes[tuple(request.document_ids)]
     prepared = Prepared(
         request.answer_id,
         request.question,
         None,
-        [],
+        sources,
         {"system": request.system, "max_tokens": request.max_tokens},
         request.retrieval or {},
         passages_asked(request.retrieval),
+        sent=sent_blocks(sources),
     )
     return answer_values(
         prepared,
@@ -380,5 +381,4 @@ def _answer_row(
         request_id=None,
         batch_id=batch_id,
         documents=request.documents,
-        indexes=indexes[tuple(request.document_ids)],
     )

@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from app.answers.prompt import EPHEMERAL, cache_breakpoints
 from app.answers.streaming import Event
-from app.documents.sources import SourceDocument
+from app.documents.sources import DocumentsTooLarge, SourceDocument
 from app.upstream.client import Frame
 from app.upstream.wire import MAX_CACHE_BREAKPOINTS
 
@@ -121,13 +121,20 @@ def ground(request: MessagesRequest, sources: Sequence[SourceDocument | None]) -
     """Give each file's document block its stored document, then add ``cache_control``.
 
     ``sources`` are the stored documents of ``request.documents``, in order (None for a
-    block that names no file).
+    block that names no file). A file is one document block: a PDF that only page windows
+    could send (past the upstream's pages per document) is refused, as the upstream would.
     """
     for block, source in zip(request.documents, sources, strict=True):
         if source is None:
             continue
-        block["source"] = source.prompt.source
-        for name, value in (("title", source.prompt.title), ("context", source.prompt.context)):
+        if len(source.prompts) != 1:
+            raise DocumentsTooLarge(
+                f"File {source.document_id} has more pages than one document block takes; "
+                "ask about it through /v1/answers, which sends it in page windows."
+            )
+        (prompt,) = source.prompts
+        block["source"] = prompt.source
+        for name, value in (("title", prompt.title), ("context", prompt.context)):
             if value is not None and block.get(name) is None:
                 block[name] = value
     add_cache_control(request.body, request.documents)

@@ -7,9 +7,12 @@ character for character. Both libraries' failures become one error type, ``PdfEr
 
 from __future__ import annotations
 
+import hashlib
 import io
 import logging
+import re
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import pypdf
@@ -123,3 +126,75 @@ def _extract_with_pypdf(data: bytes) -> PdfText:
 def storable_text(text: str) -> str:
     # PostgreSQL text cannot hold NUL; it carries no meaning in extracted text.
     return text.replace("\x00", "\ufffd")
+
+
+def split_pdf(data: bytes, windows: Sequence[tuple[int, int]]) -> list[bytes]:
+    """A PDF of each window's pages (``(first, last)``, 1-based, inclusive), made by PDFium's
+    page import from ``data``: the pages' content and resources are copied, nothing rendered,
+    so each page's text extracts as it does from the original. A PDF that only pypdf reads is
+    split by pypdf.
+
+    Safe to call from several threads at once: PDFium work takes ``PDFIUM_LOCK`` in turn.
+    """
+    with PDFIUM_LOCK:
+        parts = _split_with_pdfium(data, windows)
+    return parts if parts is not None else _split_with_pypdf(data, windows)
+
+
+def _split_with_pdfium(data: bytes, windows: Sequence[tuple[int, int]]) -> list[bytes] | None:
+    """None when PDFium refuses the file. Call it holding ``PDFIUM_LOCK``."""
+    try:
+        source = pdfium.PdfDocument(data)
+    except pdfium.PdfiumError:
+        return None
+    parts = []
+    try:
+        for first, last in windows:
+            window = pdfium.PdfDocument.new()
+            try:
+                window.import_pages(source, list(range(first - 1, last)))
+                buffer = io.BytesIO()
+                window.save(buffer)
+            finally:
+                window.close()
+            parts.append(_stable_id(buffer.getvalue()))
+    finally:
+        source.close()
+    return parts
+
+
+def _split_with_pypdf(data: bytes, windows: Sequence[tuple[int, int]]) -> list[bytes]:
+    reader = pypdf.PdfReader(io.BytesIO(data))
+    parts = []
+    for first, last in windows:
+        writer = pypdf.PdfWriter()
+        for number in range(first - 1, last):
+            writer.add_page(reader.pages[number])
+        buffer = io.BytesIO()
+        writer.write(buffer)
+        parts.append(buffer.getvalue())
+    return parts
+
+
+_TRAILER_ID = re.compile(rb"/ID\s*\[\s*<([0-9A-Fa-f]{1,64})>\s*<([0-9A-Fa-f]{1,64})>")
+
+
+def _stable_id(data: bytes) -> bytes:
+    """The PDF with its trailer's file identifier made from its content (PDFium writes a random
+    one): the same pages make the same bytes in every process, so the upstream's prompt cache
+    knows a window made again. The identifier keeps its length, so no offset moves."""
+    trailer = data.rfind(b"trailer")
+    found = _TRAILER_ID.search(data, trailer) if trailer != -1 else None
+    if found is None:
+        return data
+    digest = hashlib.sha256(memoryview(data)[:trailer]).hexdigest().upper().encode()
+    first, second = found.span(1), found.span(2)
+    return b"".join(
+        (
+            data[: first[0]],
+            digest[: first[1] - first[0]],
+            data[first[1] : second[0]],
+            digest[: second[1] - second[0]],
+            data[second[1] :],
+        )
+    )

@@ -20,6 +20,7 @@ from sqlalchemy import delete, insert, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from app.db.blobs import insert_blob
 from app.db.models import CollectionDocument, Document, DocumentBlob, DocumentChunk
 from app.db.tenancy import get_owned, list_newest
 from app.documents.kinds import (
@@ -244,26 +245,10 @@ async def _store(
         warnings=parsed.warnings,
     )
     session.add(document)
-    session.add(DocumentBlob(document_id=document.id, tenant_id=tenant_id, data=data))
     try:
         await session.flush()
-        rows = [
-            (
-                document.id,
-                index,
-                tenant_id,
-                chunk_text,
-                chunk.start,
-                chunk.end,
-                chunk.page_number,
-                chunk.block_index,
-                indexed_text(chunk_text),
-                chunk.locator,
-            )
-            for index, chunk in enumerate(parsed.chunks)
-            for chunk_text in (parsed.text[chunk.start : chunk.end],)
-        ]
-        await _insert_chunks(session, rows)
+        await insert_blob(session, document.id, tenant_id, data)
+        await _insert_chunks(session, document.id, tenant_id, parsed)
         await index_document(session, document.id)
         await session.commit()
     except IntegrityError:
@@ -290,25 +275,62 @@ _CHUNK_COLUMNS = (
 )
 
 
-async def _insert_chunks(session: AsyncSession, rows: list[tuple[Any, ...]]) -> None:
-    """The index rows, in the session's transaction. PostgreSQL gets them by COPY: a 1 MB text
-    makes ten thousand rows, and batched INSERTs of them cost more than parsing did."""
-    if not rows:
-        return
+# Chunk rows are made and written this many at a time: a spreadsheet of 100,000 rows makes
+# 100,000 chunks, and all their rows (and the statement's parameters) at once cost more memory
+# than the rest of the upload.
+_CHUNK_BATCH = 5_000
+
+
+def _chunk_rows(
+    document_id: str, tenant_id: str, parsed: ParsedDocument, first: int
+) -> list[tuple[Any, ...]]:
+    """The index rows of ``_CHUNK_BATCH`` chunks from ``first`` (CPU work: for a thread)."""
+    rows = []
+    for index in range(first, min(first + _CHUNK_BATCH, len(parsed.chunks))):
+        chunk = parsed.chunks[index]
+        chunk_text = parsed.text[chunk.start : chunk.end]
+        rows.append(
+            (
+                document_id,
+                index,
+                tenant_id,
+                chunk_text,
+                chunk.start,
+                chunk.end,
+                chunk.page_number,
+                chunk.block_index,
+                indexed_text(chunk_text),
+                chunk.locator,
+            )
+        )
+    return rows
+
+
+async def _insert_chunks(
+    session: AsyncSession, document_id: str, tenant_id: str, parsed: ParsedDocument
+) -> None:
+    """The index rows, in the session's transaction, a batch at a time. PostgreSQL gets them
+    by COPY: a 1 MB text makes ten thousand rows, and batched INSERTs of them cost more than
+    parsing did."""
     connection = await session.connection()
-    if connection.dialect.driver == "asyncpg":
-        raw = await connection.get_raw_connection()
-        # COPY takes a JSON column as its text: asyncpg encodes no dict for it.
-        records = [
-            (*row[:-1], None if row[-1] is None else orjson.dumps(row[-1]).decode()) for row in rows
-        ]
-        await raw.driver_connection.copy_records_to_table(  # type: ignore[union-attr]
-            DocumentChunk.__tablename__, records=records, columns=_CHUNK_COLUMNS
-        )
-    else:
-        await session.execute(
-            insert(DocumentChunk), [dict(zip(_CHUNK_COLUMNS, row, strict=True)) for row in rows]
-        )
+    copy = connection.dialect.driver == "asyncpg"
+    for first in range(0, len(parsed.chunks), _CHUNK_BATCH):
+        rows = await to_thread.run_sync(_chunk_rows, document_id, tenant_id, parsed, first)
+        if copy:
+            raw = await connection.get_raw_connection()
+            # COPY takes a JSON column as its text: asyncpg encodes no dict for it.
+            records = [
+                (*row[:-1], None if row[-1] is None else orjson.dumps(row[-1]).decode())
+                for row in rows
+            ]
+            await raw.driver_connection.copy_records_to_table(  # type: ignore[union-attr]
+                DocumentChunk.__tablename__, records=records, columns=_CHUNK_COLUMNS
+            )
+        else:
+            await session.execute(
+                insert(DocumentChunk),
+                [dict(zip(_CHUNK_COLUMNS, row, strict=True)) for row in rows],
+            )
 
 
 async def get_document(session: AsyncSession, tenant_id: str, document_id: str) -> Document:

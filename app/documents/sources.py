@@ -15,7 +15,7 @@ from cachetools import LRUCache, TTLCache
 from sqlalchemy import Row, bindparam, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.answers.prompt import PromptDocument
+from app.answers.prompt import PromptDocument, window_title
 from app.db.models import Document, DocumentBlob, DocumentChunk
 from app.documents.index import DocumentIndex, IndexedChunk
 from app.documents.kinds import DocumentKind, StoredParts, kind_named
@@ -29,7 +29,7 @@ class SourceDocument:
     document_id: str
     tenant_id: str
     title: str | None
-    prompt: PromptDocument
+    prompts: tuple[PromptDocument, ...]  # its document blocks: itself, or its page windows
     index: DocumentIndex
     size: int  # characters held, for the cache's bound
     cost: RequestCost
@@ -37,17 +37,16 @@ class SourceDocument:
 
 @dataclass(frozen=True, slots=True)
 class RequestCost:
-    """What documents take of one upstream request."""
+    """What documents take of one upstream request: document blocks (a page window is one),
+    bytes and estimated input tokens."""
 
     documents: int = 0
-    pdf_pages: int = 0
     bytes: int = 0
     tokens: int = 0
 
     def __add__(self, other: RequestCost) -> RequestCost:
         return RequestCost(
             self.documents + other.documents,
-            self.pdf_pages + other.pdf_pages,
             self.bytes + other.bytes,
             self.tokens + other.tokens,
         )
@@ -56,7 +55,8 @@ class RequestCost:
 @dataclass(frozen=True, slots=True)
 class RequestLimits:
     """What one upstream request can hold: the upstream's limits and, when choosing between
-    whole documents and passages, a token budget."""
+    whole documents and passages, a token budget. ``pdf_pages`` bounds each PDF document
+    block: a longer PDF is sent as page windows of at most that many pages."""
 
     documents: int
     pdf_pages: int
@@ -64,15 +64,9 @@ class RequestLimits:
     tokens: int | None  # None: no budget, only the upstream's limits
 
     def check(self, cost: RequestCost) -> None:
-        """422 ``too_many_pdf_pages`` or ``document_too_large`` when ``cost`` does not fit."""
-        if cost.pdf_pages > self.pdf_pages:
-            raise DocumentsTooLarge(
-                f"The PDFs have {cost.pdf_pages} pages in all; one request takes at most "
-                f"{self.pdf_pages}.",
-                code=ErrorCode.TOO_MANY_PDF_PAGES,
-            )
+        """422 ``document_too_large`` when ``cost`` does not fit."""
         for what, used, limit in (
-            ("documents", cost.documents, self.documents),
+            ("documents (each page window of a long PDF counts)", cost.documents, self.documents),
             ("bytes", cost.bytes, self.bytes),
             ("input tokens (estimated)", cost.tokens, self.tokens),
         ):
@@ -90,7 +84,7 @@ def request_limits(settings: Settings, *, budget: bool = False) -> RequestLimits
     retrieval sends passages rather than whole documents."""
     return RequestLimits(
         documents=MAX_DOCUMENTS_PER_REQUEST,
-        pdf_pages=settings.max_pdf_pages_per_request,
+        pdf_pages=settings.max_pdf_pages_per_document,
         bytes=MAX_REQUEST_BYTES,
         tokens=settings.whole_documents_token_budget if budget else None,
     )
@@ -101,14 +95,19 @@ class DocumentsTooLarge(InvalidRequest):
 
 
 def cost_of(
-    kind: DocumentKind, char_count: int, page_count: int | None, size_bytes: int
+    kind: DocumentKind,
+    char_count: int,
+    page_count: int | None,
+    size_bytes: int,
+    limits: RequestLimits,
 ) -> RequestCost:
-    return RequestCost(
-        1,
-        page_count or 0,
-        kind.request_bytes(size_bytes, char_count),
-        kind.estimated_tokens(char_count, page_count),
-    )
+    """What a stored document is expected to take of a request before it is loaded. The
+    bytes of page windows are known only once they are made: they are checked then."""
+    tokens = kind.estimated_tokens(char_count, page_count)
+    windows = kind.page_windows(page_count, size_bytes, limits.pdf_pages, limits.bytes)
+    if windows is not None:
+        return RequestCost(len(windows), 0, tokens)
+    return RequestCost(1, kind.request_bytes(size_bytes, char_count), tokens)
 
 
 class SourceCache:
@@ -219,17 +218,21 @@ async def load_sources(
     limits.check(
         sum(
             (
-                cost_of(kind_named(d.kind), d.char_count, d.page_count, d.size_bytes)
+                cost_of(kind_named(d.kind), d.char_count, d.page_count, d.size_bytes, limits)
                 for d in documents
             ),
             RequestCost(),
         )
     )
     sources = {d.id: hit for d in documents if (hit := cache.confirmed(d.id, asked)) is not None}
-    for source in await _build(session, tenant_id, [d for d in documents if d.id not in sources]):
+    built = await _build(session, tenant_id, [d for d in documents if d.id not in sources], limits)
+    for source in built:
         sources[source.document_id] = source
         cache.put(source, asked)
-    return [sources[d.id] for d in documents]
+    loaded = [sources[d.id] for d in documents]
+    # With the bytes of page windows, known now that they are made.
+    limits.check(sum((source.cost for source in loaded), RequestCost()))
+    return loaded
 
 
 async def describe(
@@ -281,8 +284,14 @@ def describe_sources(sources: Sequence[SourceDocument | None]) -> list[dict[str,
     ]
 
 
+def sent_blocks(sources: Sequence[SourceDocument]) -> list[PromptDocument]:
+    """The document blocks a request sends for these documents, in order: each document, or
+    its page windows."""
+    return [prompt for source in sources for prompt in source.prompts]
+
+
 async def _build(
-    session: AsyncSession, tenant_id: str, documents: list[Described]
+    session: AsyncSession, tenant_id: str, documents: list[Described], limits: RequestLimits
 ) -> list[SourceDocument]:
     if not documents:
         return []
@@ -323,12 +332,27 @@ async def _build(
             )
         texts = [text for text, _ in chunks[document.id]]
         text = "".join(texts)
-        parts = StoredParts(text, texts, originals.get(document.id))
+        parts = StoredParts(text, texts, originals.pop(document.id, None))
+        windows = kind.page_windows(
+            document.page_count, document.size_bytes, limits.pdf_pages, limits.bytes
+        )
         if parts.data is None:
-            source = kind.upstream_source(parts)
-        else:  # encoding the original bytes (base64) is work for a thread, not for the loop
-            source = await to_thread.run_sync(kind.upstream_source, parts)
-        prompt = PromptDocument(document.title, document.context, source)
+            sent = kind.sent_parts(parts, windows)
+        else:  # encoding (base64) or splitting the bytes is work for a thread, not the loop
+            sent = await to_thread.run_sync(kind.sent_parts, parts, windows)
+        del parts
+        prompts = tuple(
+            PromptDocument(
+                document.title
+                if part.window is None
+                else window_title(document.title, part.window),
+                document.context,
+                part.source,
+                document.id,
+                part.window,
+            )
+            for part in sent
+        )
         index = DocumentIndex(
             document.id,
             document.kind,
@@ -336,9 +360,21 @@ async def _build(
             [chunk for _, chunk in chunks[document.id]],
             document.page_count,
         )
-        size = len(text) + len(parts.data or b"") * 4 // 3
-        cost = cost_of(kind, document.char_count, document.page_count, document.size_bytes)
+        sent_bytes = sum(
+            document.size_bytes if part.size_bytes is None else part.size_bytes for part in sent
+        )
+        size = len(text) + (sent_bytes * 4 // 3 if kind.sends_original else 0)
+        cost = RequestCost(
+            len(sent),
+            sum(
+                kind.request_bytes(document.size_bytes, document.char_count)
+                if part.size_bytes is None
+                else kind.request_bytes(part.size_bytes, 0)
+                for part in sent
+            ),
+            kind.estimated_tokens(document.char_count, document.page_count),
+        )
         sources.append(
-            SourceDocument(document.id, tenant_id, document.title, prompt, index, size, cost)
+            SourceDocument(document.id, tenant_id, document.title, prompts, index, size, cost)
         )
     return sources

@@ -302,12 +302,17 @@ class UpstreamClient:
         stream: bool,
         extra: Mapping[str, str] | None,
     ) -> httpx.Response:
-        headers = {**(_JSON if content is not None else {}), **(extra or {})} or None
+        headers = {**(_JSON if content is not None else {}), **(extra or {})}
+        if content is not None and len(content) > _PIECE:  # sent in pieces, still not chunked
+            headers["content-length"] = str(len(content))
         try:
             async for attempt in self._retrying.copy():
                 with attempt:
                     request = self._http.build_request(
-                        method, path, content=content, headers=headers
+                        method,
+                        path,
+                        content=None if content is None else _body(content),
+                        headers=headers or None,
                     )
                     response = await self._http.send(request, stream=stream)
                     if response.status_code in RETRYABLE_STATUSES:
@@ -335,6 +340,21 @@ def _endpoint(path: str) -> str:
     if len(parts) > 4 and parts[3] == "batches":  # /v1/messages/batches/{id}[/...]
         return "batch/" + "/".join(parts[5:]) if len(parts) > 5 else "batch"
     return parts[-1]
+
+
+# A body larger than this is handed to the transport in pieces of this size: written whole
+# (PDF windows make bodies of many megabytes) it would hold the loop (aiohttp warns of it).
+_PIECE = 1024 * 1024
+
+
+def _body(content: bytes) -> bytes | AsyncIterator[bytes]:
+    return content if len(content) <= _PIECE else _pieces(content)
+
+
+async def _pieces(content: bytes) -> AsyncIterator[bytes]:
+    view = memoryview(content)
+    for start in range(0, len(view), _PIECE):
+        yield bytes(view[start : start + _PIECE])
 
 
 async def _read_and_close(response: httpx.Response) -> None:

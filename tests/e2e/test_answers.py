@@ -423,18 +423,28 @@ def test_bad_questions_are_refused_before_the_upstream(
     assert count_rows(database_url, ("answers",))["answers"] == 0
 
 
-def test_too_many_pdf_pages(settings: Settings, fake: FakeUpstream, client: httpx.Client) -> None:
-    fake.reset(Reply(500))
+def test_the_page_limit_bounds_each_pdf_block(
+    settings: Settings, fake: FakeUpstream, client: httpx.Client
+) -> None:
+    fake.reset(Reply(body=message([{"type": "text", "text": "Both."}])))
     with (
-        behind(settings, fake, max_pdf_pages_per_request=5) as app,
+        behind(settings, fake, max_pdf_pages_per_document=3) as app,
         httpx.Client(base_url=app.base_url) as http,
     ):
+        files = [
+            (CORPUS / name).read_bytes() for name in ("pdflatex-4-pages.pdf", "multicolumn.pdf")
+        ]
         ids = [
             http.post(
-                "/v1/documents/upload", files={"file": (name, (CORPUS / name).read_bytes())}
+                "/v1/documents/upload", files={"file": ("f.pdf", data)}, data={"title": "T"}
             ).json()["id"]
-            for name in ("pdflatex-4-pages.pdf", "multicolumn.pdf")
+            for data in files
         ]
-        whole = {"mode": "documents"}
-        assert_problem(ask(http, "Q?", ids, retrieval=whole), 422, "too_many_pdf_pages")
-        assert fake.requests == []
+        # 7 pages in all: the 4-page PDF goes as two windows, the 3-page one whole.
+        assert ask(http, "Q?", ids, retrieval={"mode": "documents"}).status_code == 200
+        blocks = [
+            b for b in fake.requests[-1].body["messages"][0]["content"] if b["type"] == "document"
+        ]
+        assert [b["title"] for b in blocks] == ["T (pages 1–3)", "T (pages 4–4)", "T"]
+        assert base64.b64decode(blocks[2]["source"]["data"]) == files[1]
+        assert all(base64.b64decode(b["source"]["data"]).startswith(b"%PDF-") for b in blocks)

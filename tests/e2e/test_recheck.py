@@ -23,7 +23,7 @@ from tests.fixture_files import CORPUS
 
 @pytest.fixture
 def remembering(settings: Settings, client: httpx.Client) -> Iterator[ServedApp]:
-    update = {"recheck_seconds": 3600, "max_pdf_pages_per_request": 5}
+    update = {"recheck_seconds": 3600, "whole_documents_token_budget": 12_000}
     with ServedApp(settings.model_copy(update=update)) as app:
         yield app
 
@@ -90,15 +90,16 @@ def test_documents_vouched_for_recently_are_not_looked_up_again(
         assert answer.status_code == 200, answer.text
         assert answer.json()["documents"][0]["document_id"] == there
 
-        # The page limit holds for documents held: 4 + 3 pages, and 5 at most.
+        # The token budget of `auto` holds for documents held: each of these PDFs fits it
+        # (about 9,700 and 6,300 tokens, 12,000 at most), both do not.
         pdfs = [
             upload(name, (CORPUS / name).read_bytes())
             for name in ("pdflatex-4-pages.pdf", "multicolumn.pdf")
         ]
-        for document_id in pdfs:
-            assert ask(http, [document_id], mine).status_code == 200
-        assert_problem(ask(http, pdfs, mine), 422, "too_many_pdf_pages")
-        # Asked as `auto`, the same documents are answered from their passages.
-        body = {"question": "What colour is it?", "document_ids": pdfs}
-        auto = http.post("/v1/answers", json=body, headers=bearer(mine))
-        assert auto.status_code == 200 and auto.json()["retrieval"]["mode"] == "passages"
+        for ids in ([pdfs[0]], [pdfs[1]], [pdfs[0]], pdfs):
+            body = {"question": "What colour is it?", "document_ids": ids}
+            auto = http.post("/v1/answers", json=body, headers=bearer(mine))
+            assert auto.status_code == 200
+            assert auto.json()["retrieval"]["mode"] == ("passages" if ids == pdfs else "documents")
+        # Asked as `documents`, they are sent whole.
+        assert ask(http, pdfs, mine).status_code == 200

@@ -13,7 +13,7 @@ def source(
     index = DocumentIndex(document_id, "text", text, [])
     prompt = PromptDocument(None, None, {"type": "text", "media_type": "text/plain", "data": text})
     cost = RequestCost(documents=1, bytes=len(text), tokens=len(text) // 4)
-    return SourceDocument(document_id, tenant, None, prompt, index, len(text), cost)
+    return SourceDocument(document_id, tenant, None, (prompt,), index, len(text), cost)
 
 
 class Clock:

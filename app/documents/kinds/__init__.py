@@ -12,8 +12,10 @@ from pathlib import PurePosixPath
 from app.documents.kinds.base import (
     ChunkSpan,
     DocumentKind,
+    PageWindow,
     ParsedDocument,
     ParseOptions,
+    SentPart,
     StoredParts,
 )
 from app.documents.kinds.content import ContentKind
@@ -130,8 +132,10 @@ __all__ = [
     "TEXT",
     "ChunkSpan",
     "DocumentKind",
+    "PageWindow",
     "ParseOptions",
     "ParsedDocument",
+    "SentPart",
     "StoredParts",
     "all_kinds",
     "identify",

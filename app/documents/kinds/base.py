@@ -69,6 +69,19 @@ class StoredParts:
     data: bytes | None = None  # the original bytes, loaded only for kinds that send them
 
 
+PageWindow = tuple[int, int]
+"""The first and last page (1-based, inclusive) of the original that a window holds."""
+
+
+@dataclass(frozen=True, slots=True)
+class SentPart:
+    """One document block a stored document is sent as: the whole of it, or a page window."""
+
+    source: dict[str, Any]
+    window: PageWindow | None = None
+    size_bytes: int | None = None  # a window's own bytes (a whole document's are stored)
+
+
 class DocumentKind(ABC):
     """A kind of document. Instances are stateless; the registry holds one of each."""
 
@@ -107,6 +120,26 @@ class DocumentKind(ABC):
         """About how many input tokens a document of this kind costs (a rough, English-like
         four characters a token: the budget it is checked against is a setting)."""
         return char_count // 4
+
+    def page_windows(
+        self, page_count: int | None, size_bytes: int, max_pages: int, max_bytes: int
+    ) -> list[PageWindow] | None:
+        """The page windows a stored document is sent as when one document block cannot hold
+        it (over ``max_pages`` pages, or ``max_bytes`` of a request); None: sent whole."""
+        return None
+
+    def sent_parts(
+        self, parts: StoredParts, windows: Sequence[PageWindow] | None
+    ) -> list[SentPart]:
+        """The document blocks a stored document is sent as: itself whole, or one per window
+        of ``page_windows``. Blocking: run it off the event loop when ``parts.data`` is set."""
+        assert windows is None, f"{self.name} documents have no page windows"
+        return [SentPart(self.upstream_source(parts))]
+
+    def from_window(self, citation: dict[str, Any], window: PageWindow) -> dict[str, Any] | None:
+        """A citation of a window, as a citation of the whole original; None when it points
+        outside the window."""
+        return citation
 
     def recognises(self, data: bytes) -> bool:
         """Whether ``data`` carries this kind's signature."""

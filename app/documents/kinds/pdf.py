@@ -1,9 +1,12 @@
 """PDF: the text PDFium extracts per page, joined; sent upstream as the original bytes and
-cited by pages, inside which the cited text is located."""
+cited by pages, inside which the cited text is located. A PDF too long for one document block
+is sent as consecutive page windows, sub-PDFs made from the stored one, whose citations
+are mapped back to the original's pages."""
 
 from __future__ import annotations
 
 import base64
+from collections.abc import Sequence
 from typing import Any, ClassVar
 
 from app.documents.chunking import split_sentences
@@ -12,11 +15,13 @@ from app.documents.kinds.base import (
     DEFAULT_PARSE_OPTIONS,
     ChunkSpan,
     DocumentKind,
+    PageWindow,
     ParsedDocument,
     ParseOptions,
+    SentPart,
     StoredParts,
 )
-from app.documents.pdf import PdfError, extract_pdf_text
+from app.documents.pdf import PdfError, extract_pdf_text, split_pdf
 from app.errors import ErrorCode, InvalidDocument
 
 
@@ -69,8 +74,39 @@ class PdfKind(DocumentKind):
 
     def upstream_source(self, parts: StoredParts) -> dict[str, Any]:
         assert parts.data is not None, "a PDF is sent as its original bytes"
-        data = base64.b64encode(parts.data).decode("ascii")
-        return {"type": "base64", "media_type": "application/pdf", "data": data}
+        return _base64_source(parts.data)
+
+    def page_windows(
+        self, page_count: int | None, size_bytes: int, max_pages: int, max_bytes: int
+    ) -> list[PageWindow] | None:
+        pages = page_count or 0
+        if pages <= max_pages and self.request_bytes(size_bytes, 0) <= max_bytes:
+            return None
+        # Over the byte limit alone, the pages are made again all the same: a sub-PDF holds
+        # only what its pages use (no unused objects, no earlier revisions), often much less.
+        return [
+            (first, min(first + max_pages - 1, pages)) for first in range(1, pages + 1, max_pages)
+        ]
+
+    def sent_parts(
+        self, parts: StoredParts, windows: Sequence[PageWindow] | None
+    ) -> list[SentPart]:
+        if windows is None:
+            return [SentPart(self.upstream_source(parts))]
+        assert parts.data is not None, "windows are made from the original bytes"
+        return [
+            SentPart(_base64_source(data), window, len(data))
+            for window, data in zip(windows, split_pdf(parts.data, windows), strict=True)
+        ]
+
+    def from_window(self, citation: dict[str, Any], window: PageWindow) -> dict[str, Any] | None:
+        first, end = citation.get("start_page_number"), citation.get("end_page_number")
+        if not isinstance(first, int) or not isinstance(end, int):
+            return citation  # unlocatable either way
+        offset, last = window[0] - 1, window[1]
+        if not 1 <= first < end <= last - offset + 1:
+            return None
+        return {**citation, "start_page_number": first + offset, "end_page_number": end + offset}
 
     def locate(self, citation: dict[str, Any], index: DocumentIndex) -> tuple[int, int] | None:
         first, end = citation.get("start_page_number"), citation.get("end_page_number")
@@ -80,3 +116,8 @@ class PdfKind(DocumentKind):
         if pages is None:
             return None
         return locate(index.text, str(citation.get("cited_text") or ""), pages, pages[0])
+
+
+def _base64_source(data: bytes) -> dict[str, Any]:
+    encoded = base64.b64encode(data).decode("ascii")
+    return {"type": "base64", "media_type": "application/pdf", "data": encoded}
