@@ -2,12 +2,13 @@
 
 Three servers, each in its own process on 127.0.0.1: an instant fake Messages API (this file,
 ``--serve-fake``), a bare forwarder (``bench/forwarder.py``: FastAPI and one httpx client), and
-``citegate serve`` as deployed (keys required, one worker unless --workers). The client is
-``hey`` (Debian's package ``hey``), an external Go program, so the instrument costs the Python
-processes nothing. Three 100 KB text documents are stored in Citegate; the forwarder is sent
-the same Messages request Citegate builds (the documents inline, citations on, cache_control),
-and the fake answers both with cited text (JSON, or an SSE stream with ``citations_delta``
-events when the request streams).
+``citegate serve`` as deployed (keys required, one worker unless --workers), asked through
+``/v1/answers`` and through the Anthropic-compatible ``/anthropic/v1/messages`` (file blocks).
+The client is ``hey`` (Debian's package ``hey``), an external Go program, so the instrument
+costs the Python processes nothing. Three 100 KB text documents are stored in Citegate; the
+forwarder is sent the same Messages request Citegate builds (the documents inline, citations
+on, cache_control), and the fake answers each with cited text (JSON, or an SSE stream with
+``citations_delta`` events when the request streams).
 
 For each target, repetitions are interleaved (fake alone, forwarder, Citegate, again...) so a
 machine that slows down mid-run slows all of them, and the figures printed are medians over
@@ -286,7 +287,7 @@ def store_documents(stack: Stack) -> list[str]:
 
 def targets(
     stack: Stack, forwarder: str, forwarder_pid: int, workdir: Path, stream: bool
-) -> tuple[Target, Target, Target]:
+) -> tuple[Target, Target, Target, Target]:
     ids = store_documents(stack)
 
     def write(name: str, body: dict[str, Any]) -> Path:
@@ -297,10 +298,38 @@ def targets(
     direct = write("direct", messages_request(stream))
     assert stack.fake is not None and stack.fake_pid is not None
     ask = write("ask", {"question": QUESTION, "document_ids": ids, "stream": stream})
+    # The same question through the Anthropic-compatible route: the documents named as files,
+    # which Citegate turns into the `direct` request above (cache_control added).
+    files = [
+        {
+            "type": "document",
+            "source": {"type": "file", "file_id": document_id},
+            "title": f"Document {index}",
+            "citations": {"enabled": True},
+        }
+        for index, document_id in enumerate(ids)
+    ]
+    compatible = write(
+        "compatible",
+        {
+            "model": "claude-sonnet-5",
+            "max_tokens": 1024,
+            "stream": stream,
+            "messages": [{"role": "user", "content": [*files, {"type": "text", "text": QUESTION}]}],
+        },
+    )
+    citegate = stack.citegate
     return (
         Target("fake alone", f"{stack.fake}/v1/messages", direct, {}, (stack.fake_pid,)),
         Target("forwarder", f"{forwarder}/v1/messages", direct, {}, (forwarder_pid,)),
-        Target("Citegate", f"{stack.citegate}/v1/answers", ask, stack.headers, (stack.pid,)),
+        Target("Citegate", f"{citegate}/v1/answers", ask, stack.headers, (stack.pid,)),
+        Target(
+            "compatible",
+            f"{citegate}/anthropic/v1/messages",
+            compatible,
+            stack.headers,
+            (stack.pid,),
+        ),
     )
 
 
@@ -331,32 +360,35 @@ def measure(args: argparse.Namespace, stack: Stack, forwarder: str, forwarder_pi
     with tempfile.TemporaryDirectory() as tmp:
         workdir = Path(tmp)
         for stream in {"json": (False,), "stream": (True,), "both": (False, True)}[args.mode]:
-            fake, bare, citegate = targets(stack, forwarder, forwarder_pid, workdir, stream)
-            for target in (fake, bare, citegate):  # warm up
+            fake, bare, citegate, compatible = all_targets = targets(
+                stack, forwarder, forwarder_pid, workdir, stream
+            )
+            ours = (citegate, compatible)
+            for target in all_targets:  # warm up
                 hey(target, 200, 8, False)
             for concurrency in args.concurrency:
-                runs: dict[str, list[Run]] = {t.name: [] for t in (fake, bare, citegate)}
+                runs: dict[str, list[Run]] = {t.name: [] for t in all_targets}
                 for _ in range(args.repetitions):
-                    for target in (fake, bare, citegate):
+                    for target in all_targets:
                         runs[target.name].append(
-                            hey(target, args.requests, concurrency, database and target is citegate)
+                            hey(target, args.requests, concurrency, database and target in ours)
                         )
                 kind = "streaming" if stream else "JSON"
                 print(f"{kind}, concurrency {concurrency}, {args.requests} requests, ", end="")
                 print(f"{args.repetitions} repetitions:")
-                for target in (bare, citegate):
+                for target in (bare, *ours):
                     print(
                         report(
                             target.name,
                             runs[target.name],
                             runs[fake.name],
-                            target is citegate and database,
+                            target in ours and database,
                         )
                     )
-                ratio = statistics.median(
-                    r.cpu_ms for r in runs[citegate.name]
-                ) / statistics.median(r.cpu_ms for r in runs[bare.name])
-                print(f"  Citegate / forwarder CPU: {ratio:.2f}x")
+                bare_cpu = statistics.median(r.cpu_ms for r in runs[bare.name])
+                for target in ours:
+                    ratio = statistics.median(r.cpu_ms for r in runs[target.name]) / bare_cpu
+                    print(f"  {target.name} / forwarder CPU: {ratio:.2f}x")
     print(
         f"peak RSS: Citegate {peak_rss_mib((stack.pid,)):.0f} MiB "
         f"(now {rss_mib((stack.pid,)):.0f}), forwarder {peak_rss_mib((forwarder_pid,)):.0f} MiB"
