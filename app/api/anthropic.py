@@ -27,7 +27,7 @@ from app.api.deps import AnthropicPrincipalDep, SessionDep, SettingsDep, SourceC
 from app.api.documents import content_response, store_uploaded_file
 from app.batches import service as batches
 from app.compat import service
-from app.compat.batches import MessageBatchBody, message_batch, prepare_questions, result_lines
+from app.compat.batches import MessageBatchBody, message_batch, open_results, prepare_questions
 from app.compat.errors import error_event_data
 from app.compat.messages import (
     InvalidBody,
@@ -265,7 +265,10 @@ async def get_message_batch_results(
             f"Message Batch {batch_id} has not ended; its results are ready once it has.",
             code=ErrorCode.BATCH_NOT_ENDED,
         )
-    return StreamingResponse(result_lines(context, batch), media_type="application/x-jsonl")
+    lines, closing = await open_results(context, batch)
+    return StreamingResponse(
+        lines, media_type="application/x-jsonl", background=BackgroundTask(closing.aclose)
+    )
 
 
 @router.post("/messages/batches/{batch_id}/cancel", operation_id="anthropicCancelMessageBatch")

@@ -11,6 +11,7 @@ line, the message's citations gaining ``citegate``; a request refused before it 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Sequence
+from contextlib import AsyncExitStack
 from typing import Any
 
 import orjson
@@ -108,15 +109,34 @@ def _time(value: Any) -> str | None:
     return None if value is None else value.isoformat().replace("+00:00", "Z")
 
 
-async def result_lines(context: AnswerContext, batch: AnswerBatch) -> AsyncIterator[bytes]:
-    """The results of an ended batch as JSON lines: the upstream's, read as they arrive, each
-    succeeded message enriched from its stored answer; then those the upstream has none of
-    (refused before they went upstream, or left out of its results)."""
-    seen: set[str] = set()
+async def open_results(
+    context: AnswerContext, batch: AnswerBatch
+) -> tuple[AsyncIterator[bytes], AsyncExitStack]:
+    """The results of an ended batch as JSON lines, and what closes them. The upstream's
+    results file is opened now, so that its refusal is an error response, not a cut stream."""
+    stack = AsyncExitStack()
+    upstream = None
     if batch.upstream_batch_id is not None:
-        async with context.upstream.batch_results(batch.upstream_batch_id) as results:
+        upstream = await stack.enter_async_context(
+            context.upstream.batch_results(batch.upstream_batch_id)
+        )
+    return _result_lines(context, batch, upstream, stack), stack
+
+
+async def _result_lines(
+    context: AnswerContext,
+    batch: AnswerBatch,
+    upstream: AsyncIterator[BatchResult] | None,
+    stack: AsyncExitStack,
+) -> AsyncIterator[bytes]:
+    """The upstream's lines, read as they arrive, each succeeded message enriched from its
+    stored answer; then those the upstream has none of (refused before they went upstream, or
+    left out of its results)."""
+    seen: set[str] = set()
+    async with stack:
+        if upstream is not None:
             chunk: list[BatchResult] = []
-            async for result in results:
+            async for result in upstream:
                 chunk.append(result)
                 if len(chunk) == _LINES_PER_READ:
                     yield await _upstream_lines(context, batch.id, chunk, seen)
