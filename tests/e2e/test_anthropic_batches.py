@@ -163,3 +163,7 @@ def test_cancel(settings: Settings, fake: FakeUpstream, client: httpx.Client) ->
         results = list(api.messages.batches.results(created.id))
         assert sorted(r.custom_id for r in results) == ["q0", "q1", "q2"]
         assert {r.result.type for r in results} == {"canceled"}
+        # Results the upstream no longer has (kept 29 days): its error, not a cut stream.
+        del fake.batches[upstream.id]
+        with pytest.raises(anthropic.NotFoundError):
+            list(api.messages.batches.results(created.id))
