@@ -336,11 +336,11 @@ def batch_payload(batch: AnswerBatch, counts: dict[str, int]) -> dict[str, Any]:
         "id": batch.id,
         "status": batch.status,
         "request_counts": counts,
-        "created_at": _time(batch.created_at),
-        "ended_at": _time(batch.ended_at),
-        "expires_at": _time(batch.expires_at),
+        "created_at": time_text(batch.created_at),
+        "ended_at": time_text(batch.ended_at),
+        "expires_at": time_text(batch.expires_at),
     }
 
 
-def _time(value: datetime | None) -> str | None:
+def time_text(value: datetime | None) -> str | None:
     return value.isoformat().replace("+00:00", "Z") if value is not None else None

@@ -25,6 +25,7 @@ from app.batches.service import (
     batch_payload,
     check_unique,
     invalid_problem,
+    time_text,
 )
 from app.compat import service
 from app.compat.errors import problem_error
@@ -99,14 +100,10 @@ def message_batch(batch: AnswerBatch, counts: dict[str, int], results_url: str) 
         "created_at": shown["created_at"],
         "ended_at": shown["ended_at"],
         "expires_at": shown["expires_at"],
-        "cancel_initiated_at": _time(batch.cancel_requested_at),
+        "cancel_initiated_at": time_text(batch.cancel_requested_at),
         "archived_at": None,
         "results_url": results_url if ended else None,
     }
-
-
-def _time(value: Any) -> str | None:
-    return None if value is None else value.isoformat().replace("+00:00", "Z")
 
 
 async def open_results(
