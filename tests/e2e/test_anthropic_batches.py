@@ -72,10 +72,6 @@ def test_a_batch_over_files(local: Served) -> None:
         assert created.request_counts.processing == 2
         assert created.request_counts.errored == 2
         assert created.results_url is None
-        early = httpx.get(f"{local.base_url}/anthropic/v1/messages/batches/{created.id}/results")
-        assert early.status_code == 409, early.text
-        assert early.json()["error"]["type"] == "invalid_request_error"
-
         ended = wait_ended(api, created.id)
         counts = ended.request_counts
         assert (counts.processing, counts.succeeded, counts.errored) == (0, 2, 2)
@@ -154,6 +150,10 @@ def test_cancel(settings: Settings, fake: FakeUpstream, client: httpx.Client) ->
         while f"/v1/messages/batches/{upstream.id}" not in fake.paths():
             assert time.monotonic() < deadline
             time.sleep(0.02)
+        # Results asked before the batch has ended: refused, as the Messages API refuses them.
+        early = httpx.get(f"{app.base_url}/anthropic/v1/messages/batches/{created.id}/results")
+        assert early.status_code == 409, early.text
+        assert early.json()["error"]["type"] == "invalid_request_error"
         upstream.polls_before_end = upstream.polls + 1  # ends at the poll after the cancel
         canceling = api.messages.batches.cancel(created.id)
         assert canceling.processing_status == "canceling"
