@@ -204,6 +204,11 @@ class ErrorCode(StrEnum):
         413,
         "a batch whose requests, as sent upstream, are over the Messages API's 256 MB",
     )
+    BATCH_NOT_ENDED = (
+        "batch_not_ended",
+        409,
+        "the results of a Message Batch (`/anthropic`) asked before it has ended",
+    )
     # The upstream Messages API
     UPSTREAM_REJECTED = (
         "upstream_rejected",

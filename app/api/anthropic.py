@@ -14,6 +14,7 @@ from typing import Annotated, Any
 import orjson
 from fastapi import APIRouter, File, Path, Query, Request, Response, UploadFile
 from fastapi.exceptions import RequestValidationError
+from fastapi.responses import StreamingResponse
 from pydantic import ValidationError
 from sse_starlette import ServerSentEvent
 from starlette.background import BackgroundTask
@@ -21,9 +22,12 @@ from starlette.background import BackgroundTask
 from app.answers import service as answers
 from app.answers.service import RelayedAnswer
 from app.api.answers import ContextDep, EventStream
+from app.api.batches import PollerDep
 from app.api.deps import AnthropicPrincipalDep, SessionDep, SettingsDep, SourceCacheDep
 from app.api.documents import content_response, store_uploaded_file
+from app.batches import service as batches
 from app.compat import service
+from app.compat.batches import MessageBatchBody, message_batch, open_results, prepare_questions
 from app.compat.errors import error_event_data
 from app.compat.messages import (
     InvalidBody,
@@ -32,7 +36,7 @@ from app.compat.messages import (
     parse_messages_request,
     relayed_data,
 )
-from app.db.models import Document
+from app.db.models import AnswerBatch, Document
 from app.db.tenancy import list_around
 from app.documents import service as documents
 from app.documents.schemas import NO_NUL
@@ -40,6 +44,8 @@ from app.errors import CitegateError, ErrorCode
 
 router = APIRouter(prefix="/anthropic/v1", tags=["anthropic"], include_in_schema=False)
 FileId = Annotated[str, Path(pattern=NO_NUL, max_length=100)]
+BatchId = Annotated[str, Path(pattern=NO_NUL, max_length=100)]
+ListId = Annotated[str | None, Query(pattern=NO_NUL, max_length=100)]
 ANSWER_HEADER = "citegate-answer-id"
 _PAGE = "page_"  # the SDKs' cursor: ``page=page_<last id>`` reads on after that file
 
@@ -135,8 +141,8 @@ async def list_files(
     session: SessionDep,
     principal: AnthropicPrincipalDep,
     limit: Annotated[int, Query(ge=1, le=1000)] = 20,
-    before_id: Annotated[str | None, Query(pattern=NO_NUL, max_length=100)] = None,
-    after_id: Annotated[str | None, Query(pattern=NO_NUL, max_length=100)] = None,
+    before_id: ListId = None,
+    after_id: ListId = None,
     page: Annotated[str | None, Query(pattern=NO_NUL, max_length=105)] = None,
 ) -> dict[str, Any]:
     if page is not None:
@@ -183,3 +189,98 @@ async def delete_file(
 ) -> dict[str, Any]:
     await documents.delete_document(session, principal.tenant_id, file_id, sources)
     return {"id": file_id, "type": "file_deleted"}
+
+
+async def _message_batches(
+    request: Request, session: SessionDep, rows: list[AnswerBatch]
+) -> list[dict[str, Any]]:
+    counts = await batches.request_counts(session, [batch.id for batch in rows])
+    return [
+        message_batch(
+            batch,
+            counts[batch.id],
+            str(request.url_for("get_message_batch_results", batch_id=batch.id)),
+        )
+        for batch in rows
+    ]
+
+
+@router.post("/messages/batches", operation_id="anthropicCreateMessageBatch")
+async def create_message_batch(
+    request: Request,
+    body: MessageBatchBody,
+    session: SessionDep,
+    principal: AnthropicPrincipalDep,
+    context: ContextDep,
+    poller: PollerDep,
+) -> dict[str, Any]:
+    questions = await prepare_questions(session, principal.tenant_id, body.requests, context)
+    batch = await batches.store_batch(principal, questions, context)
+    poller.wake()
+    [out] = await _message_batches(request, session, [batch])
+    return out
+
+
+@router.get("/messages/batches", operation_id="anthropicListMessageBatches")
+async def list_message_batches(
+    request: Request,
+    session: SessionDep,
+    principal: AnthropicPrincipalDep,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 20,
+    before_id: ListId = None,
+    after_id: ListId = None,
+) -> dict[str, Any]:
+    if before_id is not None and after_id is not None:
+        raise CitegateError(
+            "Give before_id or after_id, not both.", code=ErrorCode.VALIDATION_ERROR
+        )
+    rows, more = await list_around(
+        session, AnswerBatch, principal.tenant_id, limit, before_id=before_id, after_id=after_id
+    )
+    return {
+        "data": await _message_batches(request, session, rows),
+        "first_id": rows[0].id if rows else None,
+        "last_id": rows[-1].id if rows else None,
+        "has_more": more,
+    }
+
+
+@router.get("/messages/batches/{batch_id}", operation_id="anthropicGetMessageBatch")
+async def get_message_batch(
+    request: Request, batch_id: BatchId, session: SessionDep, principal: AnthropicPrincipalDep
+) -> dict[str, Any]:
+    batch = await batches.get_batch(session, principal.tenant_id, batch_id)
+    [out] = await _message_batches(request, session, [batch])
+    return out
+
+
+@router.get("/messages/batches/{batch_id}/results", operation_id="anthropicGetMessageBatchResults")
+async def get_message_batch_results(
+    batch_id: BatchId, session: SessionDep, principal: AnthropicPrincipalDep, context: ContextDep
+) -> StreamingResponse:
+    batch = await batches.get_batch(session, principal.tenant_id, batch_id)
+    await session.commit()  # no connection is held while the results are read
+    if batch.status != "ended":
+        raise CitegateError(
+            f"Message Batch {batch_id} has not ended; its results are ready once it has.",
+            code=ErrorCode.BATCH_NOT_ENDED,
+        )
+    lines, closing = await open_results(context, batch)
+    return StreamingResponse(
+        lines, media_type="application/x-jsonl", background=BackgroundTask(closing.aclose)
+    )
+
+
+@router.post("/messages/batches/{batch_id}/cancel", operation_id="anthropicCancelMessageBatch")
+async def cancel_message_batch(
+    request: Request,
+    batch_id: BatchId,
+    session: SessionDep,
+    principal: AnthropicPrincipalDep,
+    context: ContextDep,
+    poller: PollerDep,
+) -> dict[str, Any]:
+    batch = await batches.cancel_batch(session, principal.tenant_id, batch_id, context)
+    poller.wake()
+    [out] = await _message_batches(request, session, [batch])
+    return out

@@ -237,24 +237,27 @@ class BatchPoller:
 
     async def _indexes(
         self, session: Any, tenant_id: str, requests: Sequence[AnswerBatchRequest]
-    ) -> dict[tuple[str, ...], list[SourceDocument]]:
+    ) -> dict[tuple[str | None, ...], list[SourceDocument | None]]:
         """The stored documents the answers' citations resolve against, once per set of
-        documents. A document deleted since the batch was created resolves nothing."""
-        indexes: dict[tuple[str, ...], list[SourceDocument]] = {}
+        documents (None where a block named none). A document deleted since the batch was
+        created resolves nothing."""
+        indexes: dict[tuple[str | None, ...], list[SourceDocument | None]] = {}
         limits = request_limits(self._settings)
         for request in requests:
             ids = tuple(request.document_ids)
             if ids in indexes:
                 continue
             indexes[ids] = []
-            if ids:
+            named = list(dict.fromkeys(i for i in ids if i is not None))
+            if named:
                 try:
                     sources = await load_sources(
-                        session, tenant_id, ids, self._context.sources, limits
+                        session, tenant_id, named, self._context.sources, limits
                     )
                 except CitegateError:
                     continue
-                indexes[ids] = sources
+                by_id = {source.document_id: source for source in sources}
+                indexes[ids] = [None if i is None else by_id[i] for i in ids]
         return indexes
 
     async def _end(
@@ -313,7 +316,7 @@ def _resolve_all(
     tenant_id: str,
     requests: Sequence[AnswerBatchRequest],
     results: dict[str, BatchResult],
-    indexes: dict[tuple[str, ...], list[SourceDocument]],
+    indexes: dict[tuple[str | None, ...], list[SourceDocument | None]],
 ) -> list[tuple[int, tuple[str, dict[str, Any] | None], dict[str, Any] | None]]:
     """Each request's outcome, problem and answer row. Blocking: citations are resolved."""
     return [
@@ -330,7 +333,7 @@ def _resolve(
     tenant_id: str,
     request: AnswerBatchRequest,
     result: BatchResult,
-    indexes: dict[tuple[str, ...], list[SourceDocument]],
+    indexes: dict[tuple[str | None, ...], list[SourceDocument | None]],
 ) -> tuple[tuple[str, dict[str, Any] | None], dict[str, Any] | None]:
     kind = result.result.get("type")
     if kind == "errored":
@@ -355,7 +358,7 @@ def _answer_row(
     tenant_id: str,
     request: AnswerBatchRequest,
     message: Message,
-    indexes: dict[tuple[str, ...], list[SourceDocument]],
+    indexes: dict[tuple[str | None, ...], list[SourceDocument | None]],
 ) -> dict[str, Any]:
     # What createAnswer would have prepared, from what the request's row kept of it.
     sources = indexes[tuple(request.document_ids)]
@@ -367,7 +370,8 @@ def _answer_row(
         {"system": request.system, "max_tokens": request.max_tokens},
         request.retrieval or {},
         passages_asked(request.retrieval),
-        sent=sent_blocks(sources),
+        # A compatible request's blocks are its sources one for one (it sends no windows).
+        sent=None if None in sources else sent_blocks([s for s in sources if s is not None]),
     )
     return answer_values(
         prepared,

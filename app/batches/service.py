@@ -22,7 +22,7 @@ from sqlalchemy import func, insert, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.answers.schemas import AnswerRequest
-from app.answers.service import AnswerContext, Prepared, prepare
+from app.answers.service import AnswerContext, Prepared, prepare, system_text
 from app.auth.keys import Principal
 from app.batches.schemas import NOT_IN_BATCHES, AnswerBatchItem
 from app.db.models import Answer, AnswerBatch, AnswerBatchRequest, utcnow
@@ -71,7 +71,7 @@ async def prepare_questions(
 ) -> list[BatchQuestion]:
     """Check and build every request as createAnswer would; a request that cannot be asked
     gets its problem. The session's connection is given back at the end."""
-    _check_unique([item.custom_id for item in items])
+    check_unique([item.custom_id for item in items])
     questions = []
     try:
         for item in items:
@@ -91,7 +91,7 @@ async def _prepare_one(
             {"loc": [name], "msg": "Not in a batch request", "type": "extra_forbidden"}
             for name in refused
         ]
-        return BatchQuestion(item.custom_id, None, _invalid(errors))
+        return BatchQuestion(item.custom_id, None, invalid_problem(errors))
     try:
         body = AnswerRequest.model_validate(fields)
     except ValidationError as exc:
@@ -99,7 +99,7 @@ async def _prepare_one(
             {"loc": [*error["loc"]], "msg": error["msg"], "type": error["type"]}
             for error in exc.errors(include_url=False, include_input=False)
         ]
-        return BatchQuestion(item.custom_id, None, _invalid(errors))
+        return BatchQuestion(item.custom_id, None, invalid_problem(errors))
     try:
         prepared = await prepare(session, tenant_id, body, context)
     except CitegateError as exc:
@@ -107,13 +107,13 @@ async def _prepare_one(
     return BatchQuestion(item.custom_id, prepared)
 
 
-def _invalid(errors: list[dict[str, Any]]) -> dict[str, Any]:
+def invalid_problem(errors: list[dict[str, Any]]) -> dict[str, Any]:
     return problem_body(
         ErrorCode.VALIDATION_ERROR, "The request is not valid; see errors.", errors=errors
     )
 
 
-def _check_unique(custom_ids: Sequence[str]) -> None:
+def check_unique(custom_ids: Sequence[str]) -> None:
     seen: set[str] = set()
     for custom_id in custom_ids:
         if custom_id in seen:
@@ -238,11 +238,12 @@ def _request_row(
         "status": PENDING,
         "answer_id": prepared.id,
         "question": prepared.question,
-        "system": prepared.request.get("system"),
+        "system": system_text(prepared.request.get("system")),
         "model": prepared.request["model"],
         "max_tokens": prepared.request["max_tokens"],
-        # A question of /v1 names stored documents only (no source is None).
-        "document_ids": [source.document_id for source in prepared.sources if source],
+        # Each document block's stored document; None for one that names none (a block of
+        # the compatible API's own, which keeps its place in the count).
+        "document_ids": [source and source.document_id for source in prepared.sources],
         "documents": prepared.documents,
         "retrieval": prepared.retrieval,
         "error": None,
@@ -335,11 +336,11 @@ def batch_payload(batch: AnswerBatch, counts: dict[str, int]) -> dict[str, Any]:
         "id": batch.id,
         "status": batch.status,
         "request_counts": counts,
-        "created_at": _time(batch.created_at),
-        "ended_at": _time(batch.ended_at),
-        "expires_at": _time(batch.expires_at),
+        "created_at": time_text(batch.created_at),
+        "ended_at": time_text(batch.ended_at),
+        "expires_at": time_text(batch.expires_at),
     }
 
 
-def _time(value: datetime | None) -> str | None:
+def time_text(value: datetime | None) -> str | None:
     return value.isoformat().replace("+00:00", "Z") if value is not None else None

@@ -111,3 +111,17 @@ def error_event_data(error: CitegateError) -> str:
     """The ``data`` of the ``error`` event that ends a stream which failed."""
     answer = messages_error(error)
     return orjson.dumps(answer.body()).decode()
+
+
+def problem_error(problem: dict[str, Any]) -> dict[str, Any]:
+    """The Messages API's error body for a stored problem (a batch request refused before it
+    went upstream)."""
+    status = int(problem.get("status") or 400)
+    status = _STATUS_OF_STATUS.get(status, status if status in _TYPE_OF_STATUS else 400)
+    message = str(problem.get("detail") or "")
+    errors = problem.get("errors")
+    if errors:
+        message = "; ".join(
+            f"{'.'.join(str(part) for part in err['loc'])}: {err['msg']}" for err in errors
+        )
+    return MessagesError(status, _TYPE_OF_STATUS[status], message).body()

@@ -84,6 +84,12 @@ def parse_messages_request(raw: bytes, *, create: bool) -> MessagesRequest:
         raise InvalidBody("The request body is not valid JSON.") from exc
     if not isinstance(body, dict):
         raise InvalidBody("The request body must be a JSON object.")
+    return messages_request(body, create=create)
+
+
+def messages_request(body: dict[str, Any], *, create: bool) -> MessagesRequest:
+    """The request of a body already read (a batch request's ``params``); pydantic's
+    ``ValidationError`` for one without what Citegate reads."""
     params = (_CreateMessageParams if create else _CountTokensParams).model_validate(body)
     return MessagesRequest(body, list(_document_blocks(body["messages"])), params.stream)
 

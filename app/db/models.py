@@ -274,7 +274,8 @@ class AnswerBatchRequest(Base):
     system: Mapped[str | None] = mapped_column(Text)
     model: Mapped[str | None] = mapped_column(String(200))
     max_tokens: Mapped[int | None] = mapped_column(Integer)
-    document_ids: Mapped[list[str]] = mapped_column(JSON)  # sent whole, in order
+    # sent whole, in order; None for a block of the compatible API that names no document
+    document_ids: Mapped[list[str | None]] = mapped_column(JSON)
     documents: Mapped[list[dict[str, Any]]] = mapped_column(JSON)
     retrieval: Mapped[dict[str, Any] | None] = mapped_column(JSON)
     error: Mapped[dict[str, Any] | None] = mapped_column(JSON)
