@@ -327,7 +327,9 @@ async def _insert_chunks(
                 DocumentChunk.__tablename__, records=records, columns=_CHUNK_COLUMNS
             )
         else:
-            await session.execute(
+            # Core, not the ORM's bulk insert: the rows are plain values, and its bookkeeping
+            # per row cost as much as the database's work.
+            await connection.execute(
                 insert(DocumentChunk),
                 [dict(zip(_CHUNK_COLUMNS, row, strict=True)) for row in rows],
             )

@@ -14,10 +14,13 @@ import io
 import zipfile
 from collections.abc import Iterable, Iterator, Sequence
 from datetime import date, datetime, time
-from typing import Any, ClassVar
+from typing import IO, Any, ClassVar
+from xml.etree import ElementTree
+from xml.parsers import expat
 
 import openpyxl
-from openpyxl.utils import get_column_letter
+from openpyxl.utils import column_index_from_string, get_column_letter
+from openpyxl.utils.datetime import from_excel, from_ISO8601
 
 from app.documents.kinds.base import DEFAULT_PARSE_OPTIONS, ParsedDocument, ParseOptions
 from app.documents.kinds.converted import Block, BlocksKind, blocks_document
@@ -49,17 +52,17 @@ def _cell_text(value: Any) -> str:
 
 
 def _row_blocks(
-    rows: Iterable[Sequence[Any]],
+    rows: Iterable[tuple[int, list[str]]],
     sheet: str | None,
     column_name: Any,
     counted: list[int],
     max_rows: int,
 ) -> Iterator[Block]:
-    """A block per row that has a value, after the first such row (the header). ``counted``
-    holds the rows read so far in the whole file, for the limit."""
+    """A block per row that has a value, after the first such row (the header); ``rows`` are
+    (row number, cell texts). ``counted`` holds the rows read so far in the whole file, for the
+    limit."""
     header: list[str] | None = None
-    for number, row in enumerate(rows, start=1):
-        cells = [_cell_text(value) for value in row]
+    for number, cells in rows:
         if not any(cells):
             continue
         if header is None:
@@ -84,6 +87,147 @@ def _row_blocks(
         yield "\n".join(lines) + "\n\n", locator
 
 
+_MAIN = "http://schemas.openxmlformats.org/spreadsheetml/2006/main "
+_ROW, _CELL, _VALUE = f"{_MAIN}row", f"{_MAIN}c", f"{_MAIN}v"
+_INLINE, _TEXT, _PHONETIC = f"{_MAIN}is", f"{_MAIN}t", f"{_MAIN}rPh"
+_READ_SIZE = 1 << 16
+
+
+def _number_text(value: str) -> str:
+    if "." in value or "E" in value or "e" in value:
+        number = float(value)
+        return str(int(number)) if number.is_integer() else str(number)
+    return str(int(value))
+
+
+def _no_entities(*_: Any) -> None:
+    raise ValueError("entity declarations have no place in a worksheet")
+
+
+class _SheetReader:
+    """The cells of each worksheet as text, a row at a time, as ``_cell_text`` writes the values
+    openpyxl reads (``data_only``: a formula's cached value).
+
+    openpyxl's read-only worksheet builds a dict and a coordinate tuple per cell, on a parser
+    that makes an element per tag: for 100,000 rows that was most of the upload. This reads the
+    sheet's XML with expat, turning each cell straight into its text, a chunk of bytes at a
+    time, so memory holds one chunk's rows. The workbook's other parts (sheets, shared strings,
+    the styles that make a number a date) still come from openpyxl.
+    """
+
+    def __init__(self, workbook: Any) -> None:
+        self.workbook = workbook
+        self.shared_texts: dict[int, str] = {}
+        self.date_styles: set[int] = workbook._date_formats
+        self.timedelta_styles: set[int] = workbook._timedelta_formats
+        self.epoch = workbook.epoch
+        self.columns: dict[str, int] = {}
+
+    def column(self, reference: str) -> int:
+        letters = reference.rstrip("0123456789")
+        column = self.columns.get(letters)
+        if column is None:
+            column = column_index_from_string(letters) - 1
+            self.columns[letters] = column
+        return column
+
+    def value_text(self, shared: Sequence[Any], kind: str, style: str | None, value: str) -> str:
+        if kind == "s":
+            number = int(value)
+            text = self.shared_texts.get(number)
+            if text is None:
+                text = self.shared_texts[number] = _cell_text(shared[number])
+            return text
+        if kind == "n":
+            if style and int(style) in self.date_styles:
+                try:
+                    moment = from_excel(
+                        float(value), self.epoch, timedelta=int(style) in self.timedelta_styles
+                    )
+                except (OverflowError, ValueError):
+                    return "#VALUE!"
+                return _cell_text(moment)
+            return _number_text(value)
+        if kind == "b":
+            return "TRUE" if int(value) else "FALSE"
+        if kind == "d":
+            return _cell_text(from_ISO8601(value))
+        return _cell_text(value)  # inlineStr, str (a formula's text), e (an error)
+
+    def rows(self, sheet: Any) -> Iterator[tuple[int, list[str]]]:
+        """(row number, its cells' texts by column) for each row of a read-only sheet."""
+        # A sheet's shared strings are the workbook's, read once by openpyxl.
+        with self.workbook._archive.open(sheet._worksheet_path) as source:
+            yield from self._rows(source, sheet._shared_strings)
+
+    def _rows(self, source: IO[bytes], shared: Sequence[Any]) -> Iterator[tuple[int, list[str]]]:
+        done: list[tuple[int, list[str]]] = []
+        number = 0
+        cells: list[str] = []
+        column = -1
+        kind, style = "n", None
+        parts: list[str] = []
+        collecting = inline = phonetic = False
+
+        def start(name: str, attributes: dict[str, str]) -> None:
+            nonlocal number, cells, column, kind, style, collecting, inline, phonetic
+            if name == _CELL:
+                reference = attributes.get("r")
+                column = self.column(reference) if reference else column + 1
+                kind, style = attributes.get("t", "n"), attributes.get("s")
+                parts.clear()
+            elif name == _VALUE:
+                collecting = kind != "inlineStr"
+            elif name == _TEXT:
+                collecting = inline and not phonetic
+            elif name == _ROW:
+                reference = attributes.get("r")
+                number = int(reference) if reference else number + 1
+                cells, column = [], -1
+            elif name == _INLINE:
+                inline = True
+            elif name == _PHONETIC:
+                phonetic = True
+
+        def end(name: str) -> None:
+            nonlocal collecting, inline, phonetic
+            if name == _CELL:
+                value = "".join(parts)
+                text = self.value_text(shared, kind, style, value) if value else ""
+                if text:
+                    if column > len(cells):
+                        cells.extend([""] * (column - len(cells)))
+                    if column == len(cells):
+                        cells.append(text)
+                    else:
+                        cells[column] = text
+            elif name in (_VALUE, _TEXT):
+                collecting = False
+            elif name == _ROW:
+                done.append((number, cells))
+            elif name == _INLINE:
+                inline = False
+            elif name == _PHONETIC:
+                phonetic = False
+
+        def text(data: str) -> None:
+            if collecting:
+                parts.append(data)
+
+        parser = expat.ParserCreate(namespace_separator=" ")
+        parser.buffer_text = True
+        parser.StartElementHandler = start
+        parser.EndElementHandler = end
+        parser.CharacterDataHandler = text
+        parser.EntityDeclHandler = _no_entities
+        while chunk := source.read(_READ_SIZE):
+            parser.Parse(chunk, False)
+            yield from done
+            done.clear()
+        parser.Parse(b"", True)
+        yield from done
+
+
 class _DelimitedKind(BlocksKind):
     delimiter: ClassVar[str]
     trusts_declared_text = True
@@ -93,8 +237,12 @@ class _DelimitedKind(BlocksKind):
         text, encoding = decode_text(data, options.charset)
         reader = csv.reader(io.StringIO(text, newline=""), delimiter=self.delimiter)
         try:
+            rows = (
+                (number, [_cell_text(value) for value in row])
+                for number, row in enumerate(reader, start=1)
+            )
             blocks = list(
-                _row_blocks(reader, None, lambda c: f"Column {c + 1}", [0], options.max_rows)
+                _row_blocks(rows, None, lambda c: f"Column {c + 1}", [0], options.max_rows)
             )
         except csv.Error as exc:
             raise InvalidDocument(
@@ -141,23 +289,39 @@ class WorkbookKind(OfficeKind, BlocksKind):
             workbook = openpyxl.load_workbook(
                 package, read_only=True, data_only=True, keep_links=False
             )
-        except (zipfile.BadZipFile, KeyError, ValueError, TypeError, OSError, EOFError):
+        except (
+            zipfile.BadZipFile,
+            KeyError,
+            ValueError,
+            TypeError,
+            OSError,
+            EOFError,
+            ElementTree.ParseError,  # it reads each sheet's dimension when it opens
+        ):
             raise damaged() from None
         try:
             counted = [0]
             blocks: list[Block] = []
+            reader = _SheetReader(workbook)
             for sheet in workbook.worksheets:
-                rows = sheet.iter_rows(min_row=1, values_only=True)
                 blocks.extend(
                     _row_blocks(
-                        rows,
+                        reader.rows(sheet),
                         sheet.title,
                         lambda c: f"Column {get_column_letter(c + 1)}",
                         counted,
                         options.max_rows,
                     )
                 )
-        except (zipfile.BadZipFile, KeyError, ValueError, TypeError, EOFError):
+        except (
+            zipfile.BadZipFile,
+            KeyError,
+            IndexError,
+            ValueError,
+            TypeError,
+            EOFError,
+            expat.ExpatError,
+        ):
             raise damaged() from None
         finally:
             workbook.close()

@@ -1,0 +1,177 @@
+"""Citegate's worksheet reader against openpyxl's: the same text for every cell, whatever the
+value's type, from workbooks XlsxWriter writes (shared strings, and inline strings in its
+constant-memory mode); and the shapes of sheet XML that XlsxWriter never writes, by hand."""
+
+from __future__ import annotations
+
+import io
+import zipfile
+from datetime import date, datetime, time
+from typing import Any
+
+import openpyxl
+import pytest
+import xlsxwriter
+
+from app.documents.kinds import kind_named
+from app.documents.kinds.spreadsheet import _cell_text, _SheetReader
+from app.errors import ErrorCode, InvalidDocument
+
+_SHEET_MAIN = "http://schemas.openxmlformats.org/spreadsheetml/2006/main"
+
+
+def _varied_workbook(constant_memory: bool) -> bytes:
+    buffer = io.BytesIO()
+    book = xlsxwriter.Workbook(buffer, {"in_memory": True, "constant_memory": constant_memory})
+    day = book.add_format({"num_format": "yyyy-mm-dd"})
+    moment = book.add_format({"num_format": "yyyy-mm-dd hh:mm:ss"})
+    clock = book.add_format({"num_format": "hh:mm"})
+    duration = book.add_format({"num_format": "[h]:mm:ss"})
+    bold = book.add_format({"bold": True})
+    sheet = book.add_worksheet("Mixed")
+    rows: list[list[Any]] = [
+        ["Name", "Amount", "When", "Flag", "Note"],
+        ["  spaced \n out  ", 42, date(2024, 2, 29), True, "Ünïcödé ✓"],
+        ["big", 1e21, datetime(1999, 12, 31, 23, 59, 58), False, None],
+        ["small", -0.000123, time(7, 30), None, "x"],
+        ["exact", 3.0, None, None, 12345678901234567890],
+    ]
+    formats = [None, None, None, None, None]
+    for number, row in enumerate(rows):
+        for column, value in enumerate(row):
+            if value is None:
+                continue
+            if isinstance(value, datetime):
+                sheet.write_datetime(number, column, value, moment)
+            elif isinstance(value, date):
+                sheet.write_datetime(number, column, value, day)
+            elif isinstance(value, time):
+                sheet.write_datetime(number, column, value, clock)
+            else:
+                sheet.write(number, column, value, formats[column])
+    sheet.write_number(5, 1, 1.5, duration)  # a duration: openpyxl reads a timedelta
+    sheet.write_formula(6, 1, "=B2*2", None, 84)
+    sheet.write_formula(6, 2, '="a"&"b"', None, "ab")
+    sheet.write_formula(6, 3, "=1/0", None, "#DIV/0!")
+    sheet.write_rich_string(7, 0, "plain ", bold, "bold", " tail")
+    sheet.write(20, 7, "far away")  # a gap of rows, and a column past the header's
+    book.close()
+    return buffer.getvalue()
+
+
+def _openpyxl_cells(data: bytes) -> dict[tuple[str, int, int], str]:
+    """Every non-empty cell's text as openpyxl reads the workbook."""
+    book = openpyxl.load_workbook(io.BytesIO(data), read_only=True, data_only=True)
+    cells = {}
+    for sheet in book.worksheets:
+        for number, row in enumerate(sheet.iter_rows(values_only=True), start=1):
+            for column, value in enumerate(row):
+                if text := _cell_text(value):
+                    cells[sheet.title, number, column] = text
+    book.close()
+    return cells
+
+
+def _our_cells(data: bytes) -> dict[tuple[str, int, int], str]:
+    book = openpyxl.load_workbook(io.BytesIO(data), read_only=True, data_only=True)
+    reader = _SheetReader(book)
+    cells = {}
+    for sheet in book.worksheets:
+        for number, row in reader.rows(sheet):
+            for column, text in enumerate(row):
+                if text:
+                    cells[sheet.title, number, column] = text
+    book.close()
+    return cells
+
+
+@pytest.mark.parametrize("constant_memory", [False, True], ids=["shared", "inline"])
+def test_every_cell_reads_as_openpyxl_reads_it(constant_memory: bool) -> None:
+    data = _varied_workbook(constant_memory)
+    expected = _openpyxl_cells(data)
+    assert expected["Mixed", 2, 2] == "2024-02-29T00:00:00"
+    assert expected["Mixed", 6, 1] == "1 day, 12:00:00"
+    assert expected["Mixed", 8, 0] == "plain bold tail"
+    assert _our_cells(data) == expected
+
+
+def _package(sheet_xml: str) -> bytes:
+    """A one-sheet .xlsx written by hand, with no styles part."""
+    buffer = io.BytesIO()
+    relationships = "http://schemas.openxmlformats.org/officeDocument/2006/relationships"
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
+        archive.writestr(
+            "[Content_Types].xml",
+            '<?xml version="1.0" encoding="UTF-8"?>'
+            '<Types xmlns="http://schemas.openxmlformats.org/package/2006/content-types">'
+            '<Default Extension="rels" '
+            'ContentType="application/vnd.openxmlformats-package.relationships+xml"/>'
+            '<Default Extension="xml" ContentType="application/xml"/>'
+            '<Override PartName="/xl/workbook.xml" ContentType="application/'
+            'vnd.openxmlformats-officedocument.spreadsheetml.sheet.main+xml"/>'
+            '<Override PartName="/xl/worksheets/sheet1.xml" ContentType="application/'
+            'vnd.openxmlformats-officedocument.spreadsheetml.worksheet+xml"/></Types>',
+        )
+        archive.writestr(
+            "_rels/.rels",
+            '<Relationships xmlns="http://schemas.openxmlformats.org/package/2006/relationships">'
+            f'<Relationship Id="rId1" Type="{relationships}/officeDocument" '
+            'Target="xl/workbook.xml"/></Relationships>',
+        )
+        archive.writestr(
+            "xl/workbook.xml",
+            f'<workbook xmlns="{_SHEET_MAIN}" xmlns:r="{relationships}"><sheets>'
+            '<sheet name="Hand" sheetId="1" r:id="rId1"/></sheets></workbook>',
+        )
+        archive.writestr(
+            "xl/_rels/workbook.xml.rels",
+            '<Relationships xmlns="http://schemas.openxmlformats.org/package/2006/relationships">'
+            f'<Relationship Id="rId1" Type="{relationships}/worksheet" '
+            'Target="worksheets/sheet1.xml"/></Relationships>',
+        )
+        archive.writestr("xl/worksheets/sheet1.xml", sheet_xml)
+    return buffer.getvalue()
+
+
+def _texts(data: bytes) -> list[str]:
+    parsed = kind_named("xlsx").parse(data)
+    return [parsed.text[chunk.start : chunk.end] for chunk in parsed.chunks]
+
+
+def test_a_prefixed_sheet_with_no_references_reads_by_position() -> None:
+    # Rows and cells may leave out their "r"; the namespace may come with a prefix; an inline
+    # string's phonetic reading (rPh) is not its text.
+    data = _package(
+        f'<x:worksheet xmlns:x="{_SHEET_MAIN}"><x:sheetData>'
+        '<x:row><x:c t="inlineStr"><x:is><x:t>City</x:t></x:is></x:c>'
+        '<x:c t="inlineStr"><x:is><x:t>People</x:t></x:is></x:c></x:row>'
+        '<x:row><x:c t="inlineStr"><x:is><x:r><x:t>Tō</x:t></x:r><x:r><x:t>kyō</x:t></x:r>'
+        "<x:rPh><x:t>トウキョウ</x:t></x:rPh></x:is></x:c><x:c><x:v>37400068</x:v></x:c></x:row>"
+        '<x:row r="5"><x:c r="B5"><x:v>2.50</x:v></x:c></x:row>'
+        "<x:row><x:c/><x:c><x:v>1E3</x:v></x:c></x:row>"
+        "</x:sheetData></x:worksheet>"
+    )
+    assert _texts(data) == [
+        "Sheet Hand, row 2\nCity: Tōkyō\nPeople: 37400068\n\n",
+        "Sheet Hand, row 5\nPeople: 2.5\n\n",
+        "Sheet Hand, row 6\nPeople: 1000\n\n",
+    ]
+
+
+@pytest.mark.parametrize(
+    "sheet_xml",
+    [
+        # An entity declaration (the start of a "billion laughs"): no worksheet has one.
+        f'<!DOCTYPE worksheet [<!ENTITY a "aaaa">]><worksheet xmlns="{_SHEET_MAIN}">'
+        '<sheetData><row><c t="str"><v>&a;</v></c></row></sheetData></worksheet>',
+        f'<worksheet xmlns="{_SHEET_MAIN}"><sheetData><row><c><v>1</v></c>',  # cut short
+        f'<worksheet xmlns="{_SHEET_MAIN}"><dimension ref="A1"/><sheetData><row><c><v>1</v>',
+        f'<worksheet xmlns="{_SHEET_MAIN}"><sheetData><row><c t="s"><v>9</v></c></row>'
+        "</sheetData></worksheet>",  # a shared string that is not there
+    ],
+    ids=["entity", "truncated", "truncated-past-dimension", "missing-shared-string"],
+)
+def test_a_broken_sheet_is_an_invalid_office_file(sheet_xml: str) -> None:
+    with pytest.raises(InvalidDocument) as raised:
+        kind_named("xlsx").parse(_package(sheet_xml))
+    assert raised.value.code == ErrorCode.OFFICE_FILE_INVALID
