@@ -282,13 +282,15 @@ _CHUNK_BATCH = 5_000
 
 
 def _chunk_rows(
-    document_id: str, tenant_id: str, parsed: ParsedDocument, first: int
+    document_id: str, tenant_id: str, parsed: ParsedDocument, first: int, json_text: bool
 ) -> list[tuple[Any, ...]]:
-    """The index rows of ``_CHUNK_BATCH`` chunks from ``first`` (CPU work: for a thread)."""
+    """The index rows of ``_CHUNK_BATCH`` chunks from ``first`` (CPU work: for a thread), the
+    locator as JSON text when ``json_text`` (COPY takes a JSON column as its text)."""
     rows = []
     for index in range(first, min(first + _CHUNK_BATCH, len(parsed.chunks))):
         chunk = parsed.chunks[index]
         chunk_text = parsed.text[chunk.start : chunk.end]
+        locator = chunk.locator
         rows.append(
             (
                 document_id,
@@ -300,7 +302,7 @@ def _chunk_rows(
                 chunk.page_number,
                 chunk.block_index,
                 indexed_text(chunk_text),
-                chunk.locator,
+                orjson.dumps(locator).decode() if json_text and locator is not None else locator,
             )
         )
     return rows
@@ -309,30 +311,41 @@ def _chunk_rows(
 async def _insert_chunks(
     session: AsyncSession, document_id: str, tenant_id: str, parsed: ParsedDocument
 ) -> None:
-    """The index rows, in the session's transaction, a batch at a time. PostgreSQL gets them
-    by COPY: a 1 MB text makes ten thousand rows, and batched INSERTs of them cost more than
-    parsing did."""
+    """The index rows, in the session's transaction, a batch at a time, each batch made on a
+    thread while the database takes the one before. PostgreSQL gets them by COPY: a 1 MB text
+    makes ten thousand rows, and batched INSERTs of them cost more than parsing did."""
     connection = await session.connection()
     copy = connection.dialect.driver == "asyncpg"
-    for first in range(0, len(parsed.chunks), _CHUNK_BATCH):
-        rows = await to_thread.run_sync(_chunk_rows, document_id, tenant_id, parsed, first)
-        if copy:
-            raw = await connection.get_raw_connection()
-            # COPY takes a JSON column as its text: asyncpg encodes no dict for it.
-            records = [
-                (*row[:-1], None if row[-1] is None else orjson.dumps(row[-1]).decode())
-                for row in rows
-            ]
-            await raw.driver_connection.copy_records_to_table(  # type: ignore[union-attr]
-                DocumentChunk.__tablename__, records=records, columns=_CHUNK_COLUMNS
-            )
-        else:
-            # Core, not the ORM's bulk insert: the rows are plain values, and its bookkeeping
-            # per row cost as much as the database's work.
-            await connection.execute(
-                insert(DocumentChunk),
-                [dict(zip(_CHUNK_COLUMNS, row, strict=True)) for row in rows],
-            )
+    if copy and len(parsed.chunks) > _CHUNK_BATCH:
+        # The GIN index's pending list is merged into the index during these inserts, in
+        # work_mem: the default 4 MB makes a 100,000-row spreadsheet merge many times over.
+        await connection.exec_driver_sql("SET LOCAL work_mem = '64MB'")
+
+    def batch(first: int) -> asyncio.Task[list[tuple[Any, ...]]]:
+        work = to_thread.run_sync(_chunk_rows, document_id, tenant_id, parsed, first, copy)
+        return asyncio.ensure_future(work)
+
+    upcoming: asyncio.Task[list[tuple[Any, ...]]] | None = None
+    try:
+        for first in range(0, len(parsed.chunks), _CHUNK_BATCH):
+            rows = await (upcoming or batch(first))
+            following = first + _CHUNK_BATCH
+            upcoming = batch(following) if following < len(parsed.chunks) else None
+            if copy:
+                raw = await connection.get_raw_connection()
+                await raw.driver_connection.copy_records_to_table(  # type: ignore[union-attr]
+                    DocumentChunk.__tablename__, records=rows, columns=_CHUNK_COLUMNS
+                )
+            else:
+                # Core, not the ORM's bulk insert: the rows are plain values, and its
+                # bookkeeping per row cost as much as the database's work.
+                await connection.execute(
+                    insert(DocumentChunk),
+                    [dict(zip(_CHUNK_COLUMNS, row, strict=True)) for row in rows],
+                )
+    finally:
+        if upcoming is not None:
+            upcoming.cancel()
 
 
 async def get_document(session: AsyncSession, tenant_id: str, document_id: str) -> Document:
