@@ -126,7 +126,8 @@ class DocumentChunk(Base):
         ForeignKey("documents.id", ondelete="CASCADE"), primary_key=True
     )
     chunk_index: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
-    tenant_id: Mapped[str] = mapped_column(ForeignKey("tenants.id"), index=True)
+    # Not indexed: searches find chunks by the search index and their documents (migration 0010).
+    tenant_id: Mapped[str] = mapped_column(ForeignKey("tenants.id"))
     text: Mapped[str] = mapped_column(Text)
     start_char: Mapped[int] = mapped_column(Integer)
     end_char: Mapped[int] = mapped_column(Integer)
