@@ -35,7 +35,7 @@ from app.db.models import Answer, Conversation, utcnow
 from app.db.tenancy import get_owned
 from app.documents.index import DocumentIndex
 from app.documents.pages import PdfPages
-from app.documents.pictures import lacks_boxes, with_boxes
+from app.documents.pictures import boxes_wanted, lacks_boxes, measure_boxes, with_boxes
 from app.documents.sources import (
     DocumentsTooLarge,
     SourceCache,
@@ -584,9 +584,11 @@ async def _store(
         message_id=message_id,
         request_id=request_id,
     )
-    if lacks_boxes(values["segments"]):
+    # The segments were made just now: their spans get boxes in place, and a database session
+    # only when some of them are in PDFs.
+    if wanted := boxes_wanted(values["segments"]):
         async with context.sessions() as session:
-            values["segments"] = await with_boxes(session, context.pages, values["segments"])
+            await measure_boxes(session, context.pages, wanted)
     # A Core insert: the ORM's unit of work costs more than the rest of storing the answer.
     async with context.engine.begin() as connection:
         await connection.execute(_INSERT_ANSWER, [values])

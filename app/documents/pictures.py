@@ -80,18 +80,9 @@ def lacks_boxes(segments: Sequence[dict[str, Any]]) -> bool:
     return any("boxes" not in span for _, span in _spans(segments))
 
 
-async def with_boxes(
-    session: AsyncSession, pages: PdfPages, segments: list[dict[str, Any]]
-) -> list[dict[str, Any]]:
-    """The segments with ``boxes`` on every span that has none yet (a copy; the stored
-    segments are left alone): PDFium's boxes for spans of PDFs, an empty list otherwise.
-
-    A span has pages only in a PDF. A PDF deleted since, or one PDFium cannot open, gets no
-    boxes.
-    """
-    if not lacks_boxes(segments):
-        return segments
-    segments = copy.deepcopy(segments)
+def boxes_wanted(segments: Sequence[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    """Gives every span that has no ``boxes`` an empty list of them (in place), and returns
+    those of them that PDFium can measure (a span has pages only in a PDF), by document."""
     wanted: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for document_id, span in _spans(segments):
         if "boxes" in span:
@@ -99,10 +90,29 @@ async def with_boxes(
         span["boxes"] = []
         if document_id is not None and span.get("start_page") is not None:
             wanted[document_id].append(span)
+    return wanted
+
+
+async def measure_boxes(
+    session: AsyncSession, pages: PdfPages, wanted: dict[str, list[dict[str, Any]]]
+) -> None:
+    """PDFium's boxes on the spans ``boxes_wanted`` returned. A PDF deleted since, or one
+    PDFium cannot open, gets no boxes."""
     for document_id, spans in wanted.items():
         found = await _document_boxes(session, pages, document_id, spans)
         for span, boxes in zip(spans, found, strict=True):
             span["boxes"] = boxes
+
+
+async def with_boxes(
+    session: AsyncSession, pages: PdfPages, segments: list[dict[str, Any]]
+) -> list[dict[str, Any]]:
+    """The segments with ``boxes`` on every span that has none yet (a copy; the stored
+    segments are left alone): PDFium's boxes for spans of PDFs, an empty list otherwise."""
+    if not lacks_boxes(segments):
+        return segments
+    segments = copy.deepcopy(segments)
+    await measure_boxes(session, pages, boxes_wanted(segments))
     return segments
 
 

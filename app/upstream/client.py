@@ -16,6 +16,7 @@ import time
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from http.cookiejar import CookieJar
 from typing import Any
 
 import httpx
@@ -125,8 +126,20 @@ def create_http_client(
     else:
         base_url = "http://local-engine"
     return httpx.AsyncClient(
-        base_url=base_url, headers=headers, timeout=timeout, transport=transport
+        base_url=base_url,
+        headers=headers,
+        timeout=timeout,
+        transport=transport,
+        cookies=_NoCookies(),
     )
+
+
+class _NoCookies(CookieJar):
+    """A jar that keeps no cookie: the one client serves every tenant, so a cookie set on one
+    answer must never go out with another's request (and no response is read for them)."""
+
+    def extract_cookies(self, response: Any, request: Any) -> None:
+        pass
 
 
 class UpstreamClient:

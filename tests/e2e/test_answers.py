@@ -340,6 +340,22 @@ def test_429_with_retry_after_then_success(api: httpx.Client, fake: FakeUpstream
     assert len(fake.requests) == 2
 
 
+def test_a_cookie_the_upstream_sets_never_goes_out_again(
+    api: httpx.Client, fake: FakeUpstream
+) -> None:
+    # One HTTP client serves every tenant: a cookie kept from one answer would ride along on
+    # the next request, whoever asks it.
+    document_id = store(api, {"source": {"type": "text", "data": "The grass is green."}})
+    reply = message([{"type": "text", "text": "Green."}])
+    fake.reset(
+        Reply(body=reply, headers={"set-cookie": "__cf_bm=abc; Path=/; HttpOnly"}),
+        Reply(body=reply),
+    )
+    assert ask(api, "Grass?", [document_id]).status_code == 200
+    assert ask(api, "Grass again?", [document_id]).status_code == 200
+    assert [r.headers.get("cookie") for r in fake.requests] == [None, None]
+
+
 def test_529_until_attempts_run_out(
     api: httpx.Client, fake: FakeUpstream, database_url: str
 ) -> None:
