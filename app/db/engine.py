@@ -28,7 +28,9 @@ def _json_dumps(value: Any) -> str:
 _JSON: dict[str, Any] = {"json_serializer": _json_dumps, "json_deserializer": orjson.loads}
 
 
-def create_engine(database_url: str, **kwargs: Any) -> AsyncEngine:
+def create_engine(
+    database_url: str, *, pool_size: int = 10, max_overflow: int = 0, **kwargs: Any
+) -> AsyncEngine:
     """An async engine for SQLite (aiosqlite) or PostgreSQL (asyncpg).
 
     For SQLite the file's folder is created, foreign keys are enforced, and the process uses one
@@ -41,9 +43,8 @@ def create_engine(database_url: str, **kwargs: Any) -> AsyncEngine:
     url = make_url(database_url)
     if not url.drivername.startswith("sqlite"):
         if "poolclass" not in kwargs:
-            # Streams and follow-ups start and end at high rates; each holds a connection
-            # for a few round trips of a busy event loop.
-            kwargs |= {"pool_size": 20, "max_overflow": 20}
+            # Sizes: see Settings.database_pool_size.
+            kwargs |= {"pool_size": pool_size, "max_overflow": max_overflow}
         return create_async_engine(url, pool_pre_ping=True, **_JSON, **kwargs)
 
     if url.database and url.database != ":memory:":
