@@ -3,6 +3,7 @@ stream can end (upstream error event, dropped connection, malformed event, clien
 
 from __future__ import annotations
 
+import gc
 import json
 import time
 from collections.abc import Iterator
@@ -126,6 +127,37 @@ def test_fixture_stream_in_small_pieces(api: httpx.Client, fake: FakeUpstream) -
     fake.reset(Reply(events=[raw[i : i + 97] for i in range(0, len(raw), 97)]))
     events = stream(api, {"question": "News?", "document_ids": [document_id]})
     assert events[-1][0] == "answer.done"
+
+
+def test_an_ended_stream_keeps_no_copy_of_its_upstream_request(
+    api: httpx.Client, fake: FakeUpstream
+) -> None:
+    # A streamed response lives on in reference cycles (cancelled tasks, their tracebacks)
+    # until a full garbage collection, and with it its request: a request holding its body
+    # kept every stream's documents (hundreds of KB) in memory for thousands of streams.
+    document = " ".join(["The grass is green."] * 20_000)  # 400 KB of documents sent
+    document_id = api.post(
+        "/v1/documents", json={"source": {"type": "text", "data": document}}
+    ).json()["id"]
+    raw = (FIXTURES / "web_search_stream.sse").read_bytes()
+    gc.disable()  # what a full collection would free must still be found below
+    try:
+        for _ in range(3):
+            fake.reset(Reply(events=[raw]))
+            assert stream(api, {"question": "News?", "document_ids": [document_id]})[-1][0] == (
+                "answer.done"
+            )
+        sent = [
+            o
+            for o in gc.get_objects()
+            if isinstance(o, httpx.Request) and o.url.path == "/v1/messages"
+        ]
+        assert sent  # the streams' requests are still there, in their cycles
+        for request in sent:
+            with pytest.raises(httpx.RequestNotRead):
+                request.content  # noqa: B018 (the body is not held: it was never read whole)
+    finally:
+        gc.enable()
 
 
 def upload(api: httpx.Client) -> str:
