@@ -32,10 +32,17 @@ RESULTS = Path(__file__).with_name("results")
 TARGETS = {"forwarder": 1, "answers": 2, "compatible": 3}
 
 
+# py-spy beside this Python (the virtualenv's bin), else on PATH.
+PY_SPY = shutil.which("py-spy", path=str(Path(sys.executable).parent)) or shutil.which("py-spy")
+
+
 def spy(pid: int, rate: int, out: Path, form: str) -> subprocess.Popen[bytes]:
-    command = ["py-spy", "record", "--rate", str(rate), "--pid", str(pid), "--nonblocking"]
+    assert PY_SPY is not None
+    command = [PY_SPY, "record", "--rate", str(rate), "--pid", str(pid), "--nonblocking"]
     return subprocess.Popen(
-        [*command, "--format", form, "--output", str(out)], stderr=subprocess.DEVNULL
+        [*command, "--format", form, "--output", str(out)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
     )
 
 
@@ -52,7 +59,11 @@ def top(raw: Path, requests: int, rate: int, count: int = 25) -> None:
         own[frames[-1]] += weight
     per_request = 1e6 / rate / requests  # microseconds of CPU per sample, per request
     print(f"{samples} samples: {samples * per_request / 1000:.2f} ms of CPU per request")
-    for title, counter in (("total (frame on the stack)", total), ("self (frame running)", own)):
+    # The frames under which the server runs (the CLI, uvicorn, the loop) hold every sample
+    # of the main thread alike: they tell nothing.
+    root = max(total.values(), default=0)
+    inside = Counter({frame: held for frame, held in total.items() if held < root})
+    for title, counter in (("total (frame on the stack)", inside), ("self (frame running)", own)):
         print(f"-- {title}")
         for frame, held in counter.most_common(count):
             print(f"{held / samples:6.1%} {held * per_request:7.0f} us  {frame[:110]}")
@@ -69,8 +80,8 @@ def main() -> None:
     parser.add_argument("--rate", type=int, default=200, help="py-spy samples per second")
     parser.add_argument("--database-url", help="default: a new SQLite file")
     args = parser.parse_args()
-    if shutil.which("py-spy") is None:
-        sys.exit("py-spy is not on PATH: pip install py-spy")
+    if PY_SPY is None:
+        sys.exit("py-spy is not installed: .venv/bin/python -m pip install py-spy")
     RESULTS.mkdir(exist_ok=True)
     name = f"{args.target}-{'stream' if args.stream else 'json'}-c{args.concurrency}"
     with (
