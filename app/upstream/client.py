@@ -16,9 +16,11 @@ import time
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from functools import partial
 from http.cookiejar import CookieJar
 from typing import Any
 
+import aiohttp
 import httpx
 import orjson
 from httpx_aiohttp import AiohttpTransport
@@ -121,8 +123,7 @@ def create_http_client(
         # httpx's API over aiohttp's connection pool: httpcore's pool costs a millisecond of CPU
         # a request at 16 concurrent (it polls every pooled socket), and grew slowly under a
         # burst of new streams. A streamed answer holds its connection for its whole length.
-        limits = httpx.Limits(max_connections=settings.upstream_max_connections)
-        transport = AiohttpTransport(limits=limits)
+        transport = AiohttpTransport(client=partial(_aiohttp_session, settings))
     else:
         base_url = "http://local-engine"
     return httpx.AsyncClient(
@@ -132,6 +133,17 @@ def create_http_client(
         transport=transport,
         cookies=_NoCookies(),
     )
+
+
+def _aiohttp_session(settings: Settings) -> aiohttp.ClientSession:
+    """The session under the transport, made as httpx-aiohttp makes it but that it keeps no
+    cookie either (aiohttp has a jar of its own; see ``_NoCookies``)."""
+    connector = aiohttp.TCPConnector(
+        limit=settings.upstream_max_connections,
+        keepalive_timeout=httpx.Limits().keepalive_expiry,
+        ssl=httpx.create_ssl_context(),
+    )
+    return aiohttp.ClientSession(connector=connector, cookie_jar=aiohttp.DummyCookieJar())
 
 
 class _NoCookies(CookieJar):

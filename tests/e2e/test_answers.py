@@ -341,18 +341,24 @@ def test_429_with_retry_after_then_success(api: httpx.Client, fake: FakeUpstream
 
 
 def test_a_cookie_the_upstream_sets_never_goes_out_again(
-    api: httpx.Client, fake: FakeUpstream
+    client: httpx.Client, settings: Settings, fake: FakeUpstream
 ) -> None:
     # One HTTP client serves every tenant: a cookie kept from one answer would ride along on
-    # the next request, whoever asks it.
-    document_id = store(api, {"source": {"type": "text", "data": "The grass is green."}})
+    # the next request, whoever asks it. The upstream is named by a host name, as in
+    # production: a cookie jar that refuses cookies of IP addresses would hide a jar that keeps.
+    by_name = fake.base_url.replace("127.0.0.1", "localhost")
     reply = message([{"type": "text", "text": "Green."}])
     fake.reset(
         Reply(body=reply, headers={"set-cookie": "__cf_bm=abc; Path=/; HttpOnly"}),
         Reply(body=reply),
     )
-    assert ask(api, "Grass?", [document_id]).status_code == 200
-    assert ask(api, "Grass again?", [document_id]).status_code == 200
+    with (
+        behind(settings, fake, anthropic_base_url=by_name) as app,
+        httpx.Client(base_url=app.base_url, timeout=30) as api,
+    ):
+        document_id = store(api, {"source": {"type": "text", "data": "The grass is green."}})
+        assert ask(api, "Grass?", [document_id]).status_code == 200
+        assert ask(api, "Grass again?", [document_id]).status_code == 200
     assert [r.headers.get("cookie") for r in fake.requests] == [None, None]
 
 
