@@ -158,6 +158,23 @@ def test_a_prefixed_sheet_with_no_references_reads_by_position() -> None:
     ]
 
 
+def test_every_row_is_read_whatever_the_dimension_says() -> None:
+    # Some writers put A1 as every sheet's dimension; the rows past it are the sheet's all the
+    # same. A cell without a style has the default style (none that makes a number a date).
+    data = _package(
+        f'<worksheet xmlns="{_SHEET_MAIN}"><dimension ref="A1"/><sheetData>'
+        '<row r="1"><c r="A1" t="inlineStr"><is><t>Item</t></is></c>'
+        '<c r="B1" t="inlineStr"><is><t>Count</t></is></c></row>'
+        '<row r="2.0"><c r="A2" t="str"><v>Pens</v></c><c r="B2"><v>12</v></c></row>'
+        '<row r="3"><c r="A3"><is><t>not inline: no text</t></is></c><c r="B3"><v>7</v></c>'
+        "</row></sheetData></worksheet>"
+    )
+    assert _texts(data) == [
+        "Sheet Hand, row 2\nItem: Pens\nCount: 12\n\n",
+        "Sheet Hand, row 3\nCount: 7\n\n",
+    ]
+
+
 @pytest.mark.parametrize(
     "sheet_xml",
     [

@@ -12,6 +12,7 @@ from __future__ import annotations
 import csv
 import io
 import zipfile
+import zlib
 from collections.abc import Iterable, Iterator, Sequence
 from datetime import date, datetime, time
 from typing import IO, Any, ClassVar
@@ -100,6 +101,33 @@ def _number_text(value: str) -> str:
     return str(int(value))
 
 
+# What reading a damaged workbook raises, from zipfile, zlib, openpyxl (it reads each sheet's
+# dimension with ElementTree when it opens) or the sheet reader.
+_UNREADABLE = (
+    zipfile.BadZipFile,
+    zlib.error,
+    NotImplementedError,  # a compression method zipfile lacks
+    KeyError,
+    IndexError,
+    ValueError,
+    TypeError,
+    OSError,
+    EOFError,
+    ElementTree.ParseError,
+    expat.ExpatError,
+)
+
+
+def _row_number(reference: str) -> int:
+    """A row's ``r``, which some writers give as a float ("2.0")."""
+    if reference.isdigit():
+        return int(reference)
+    number = float(reference)
+    if not number.is_integer():
+        raise ValueError(f"{reference} is not a row number")
+    return int(number)
+
+
 def _no_entities(*_: Any) -> None:
     raise ValueError("entity declarations have no place in a worksheet")
 
@@ -113,6 +141,9 @@ class _SheetReader:
     sheet's XML with expat, turning each cell straight into its text, a chunk of bytes at a
     time, so memory holds one chunk's rows. The workbook's other parts (sheets, shared strings,
     the styles that make a number a date) still come from openpyxl.
+
+    Unlike openpyxl, every row the sheet holds is read, whatever its ``<dimension>`` says: some
+    writers put ``A1`` there on every sheet, and openpyxl then read one cell of them.
     """
 
     def __init__(self, workbook: Any) -> None:
@@ -139,10 +170,11 @@ class _SheetReader:
                 text = self.shared_texts[number] = _cell_text(shared[number])
             return text
         if kind == "n":
-            if style and int(style) in self.date_styles:
+            style_id = int(style) if style else 0  # no "s": the workbook's default style
+            if style_id in self.date_styles:
                 try:
                     moment = from_excel(
-                        float(value), self.epoch, timedelta=int(style) in self.timedelta_styles
+                        float(value), self.epoch, timedelta=style_id in self.timedelta_styles
                     )
                 except (OverflowError, ValueError):
                     return "#VALUE!"
@@ -179,10 +211,10 @@ class _SheetReader:
             elif name == _VALUE:
                 collecting = kind != "inlineStr"
             elif name == _TEXT:
-                collecting = inline and not phonetic
+                collecting = inline and not phonetic and kind == "inlineStr"
             elif name == _ROW:
                 reference = attributes.get("r")
-                number = int(reference) if reference else number + 1
+                number = _row_number(reference) if reference else number + 1
                 cells, column = [], -1
             elif name == _INLINE:
                 inline = True
@@ -289,15 +321,7 @@ class WorkbookKind(OfficeKind, BlocksKind):
             workbook = openpyxl.load_workbook(
                 package, read_only=True, data_only=True, keep_links=False
             )
-        except (
-            zipfile.BadZipFile,
-            KeyError,
-            ValueError,
-            TypeError,
-            OSError,
-            EOFError,
-            ElementTree.ParseError,  # it reads each sheet's dimension when it opens
-        ):
+        except _UNREADABLE:
             raise damaged() from None
         try:
             counted = [0]
@@ -313,15 +337,7 @@ class WorkbookKind(OfficeKind, BlocksKind):
                         options.max_rows,
                     )
                 )
-        except (
-            zipfile.BadZipFile,
-            KeyError,
-            IndexError,
-            ValueError,
-            TypeError,
-            EOFError,
-            expat.ExpatError,
-        ):
+        except _UNREADABLE:
             raise damaged() from None
         finally:
             workbook.close()
