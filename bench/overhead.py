@@ -41,6 +41,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -413,6 +414,22 @@ def soak(stack: Stack, answers: int) -> None:
             print(f"after {done} answers: RSS {now:.0f} MiB, peak {peak:.0f} MiB")
 
 
+@contextmanager
+def forwarding(upstream: str) -> Iterator[tuple[str, int]]:
+    """bench/forwarder.py in its own process in front of ``upstream``: its URL and pid."""
+    port = free_port()
+    script = Path(__file__).with_name("forwarder.py")
+    forwarder = subprocess.Popen(
+        [sys.executable, str(script), "--port", str(port), "--upstream", upstream]
+    )
+    try:
+        wait_up(f"http://127.0.0.1:{port}/healthz")
+        yield f"http://127.0.0.1:{port}", forwarder.pid
+    finally:
+        forwarder.terminate()
+        forwarder.wait(timeout=30)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -436,17 +453,8 @@ def main() -> None:
         if args.soak:
             soak(stack, args.soak)
             return
-        port = free_port()
-        script = Path(__file__).with_name("forwarder.py")
-        forwarder = subprocess.Popen(
-            [sys.executable, str(script), "--port", str(port), "--upstream", stack.fake]
-        )
-        try:
-            wait_up(f"http://127.0.0.1:{port}/healthz")
-            measure(args, stack, f"http://127.0.0.1:{port}", forwarder.pid)
-        finally:
-            forwarder.terminate()
-            forwarder.wait(timeout=30)
+        with forwarding(stack.fake) as (forwarder, forwarder_pid):
+            measure(args, stack, forwarder, forwarder_pid)
 
 
 if __name__ == "__main__":

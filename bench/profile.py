@@ -26,7 +26,8 @@ from collections import Counter
 from pathlib import Path
 
 import overhead
-from harness import free_port, running, wait_up
+from harness import running
+from overhead import forwarding
 
 RESULTS = Path(__file__).with_name("results")
 TARGETS = {"forwarder": 1, "answers": 2, "compatible": 3}
@@ -89,30 +90,20 @@ def main() -> None:
         tempfile.TemporaryDirectory() as tmp,
     ):
         assert stack.fake is not None
-        port = free_port()
-        script = Path(__file__).with_name("forwarder.py")
-        forwarder = subprocess.Popen(
-            [sys.executable, str(script), "--port", str(port), "--upstream", stack.fake]
-        )
-        try:
-            wait_up(f"http://127.0.0.1:{port}/healthz")
-            target = overhead.targets(
-                stack, f"http://127.0.0.1:{port}", forwarder.pid, Path(tmp), args.stream
-            )[TARGETS[args.target]]
+        with forwarding(stack.fake) as (forwarder, forwarder_pid):
+            target = overhead.targets(stack, forwarder, forwarder_pid, Path(tmp), args.stream)[
+                TARGETS[args.target]
+            ]
             overhead.hey(target, 300, 8, False)  # warm up
-            pid = target.pids[0]
             samplers = [
-                spy(pid, args.rate, RESULTS / f"{name}.svg", "flamegraph"),
-                spy(pid, args.rate, RESULTS / f"{name}.txt", "raw"),
+                spy(target.pids[0], args.rate, RESULTS / f"{name}.svg", "flamegraph"),
+                spy(target.pids[0], args.rate, RESULTS / f"{name}.txt", "raw"),
             ]
             time.sleep(1)  # py-spy attaches
             run = overhead.hey(target, args.requests, args.concurrency, False)
             for sampler in samplers:
                 sampler.send_signal(signal.SIGINT)
                 sampler.wait(timeout=60)
-        finally:
-            forwarder.terminate()
-            forwarder.wait(timeout=30)
     # Two samplers at once: each sees the same process, so either's counts will do.
     print(f"{target.name}: {run.cpu_ms:.2f} ms CPU/request (from /proc), {run.rps:.0f} req/s")
     top(RESULTS / f"{name}.txt", args.requests, args.rate)

@@ -18,6 +18,7 @@ from sqlalchemy.ext.asyncio import (
 )
 
 from app.db.sqlite import one_trip_dbapi
+from app.settings import Settings
 
 
 def _json_dumps(value: Any) -> str:
@@ -28,8 +29,16 @@ def _json_dumps(value: Any) -> str:
 _JSON: dict[str, Any] = {"json_serializer": _json_dumps, "json_deserializer": orjson.loads}
 
 
+_POOL_SIZE = Settings.model_fields["database_pool_size"].default
+_MAX_OVERFLOW = Settings.model_fields["database_max_overflow"].default
+
+
 def create_engine(
-    database_url: str, *, pool_size: int = 10, max_overflow: int = 0, **kwargs: Any
+    database_url: str,
+    *,
+    pool_size: int = _POOL_SIZE,
+    max_overflow: int = _MAX_OVERFLOW,
+    **kwargs: Any,
 ) -> AsyncEngine:
     """An async engine for SQLite (aiosqlite) or PostgreSQL (asyncpg).
 
@@ -43,7 +52,7 @@ def create_engine(
     url = make_url(database_url)
     if not url.drivername.startswith("sqlite"):
         if "poolclass" not in kwargs:
-            # Sizes: see Settings.database_pool_size.
+            # Sizes: Settings.database_pool_size and database_max_overflow, and why.
             kwargs |= {"pool_size": pool_size, "max_overflow": max_overflow}
         return create_async_engine(url, pool_pre_ping=True, **_JSON, **kwargs)
 
