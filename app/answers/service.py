@@ -386,14 +386,19 @@ async def open_relay(
         upstream = await stack.enter_async_context(
             context.upstream.stream_message(prepared.request, headers)
         )
-        frames = upstream.frames()
+        batches = upstream.batches()
         answer = AnswerStream(prepared.indexes, prepared.passages, prepared.sent)
         early: list[Frame] = []
-        async for frame in frames:  # up to message_start: the upstream has begun
-            if frame.type == "error":
-                raise upstream.error_of(frame)
-            early.append(frame)
-            answer.feed(frame.event)
+        unfed: list[Frame] = []
+        async for batch in batches:  # up to message_start: the upstream has begun
+            for position, frame in enumerate(batch):
+                if frame.type == "error":
+                    raise upstream.error_of(frame)
+                early.append(frame)
+                answer.feed(frame.event)
+                if answer.started:
+                    unfed = batch[position + 1 :]
+                    break
             if answer.started:
                 break
         if not answer.started:
@@ -407,7 +412,9 @@ async def open_relay(
             await stack.aclose()
             await _release(context, prepared)
         raise
-    return RelayedAnswer(context, principal, prepared, stack, upstream, frames, early, answer)
+    return RelayedAnswer(
+        context, principal, prepared, stack, upstream, batches, early, unfed, answer
+    )
 
 
 class RelayedAnswer:
@@ -427,8 +434,9 @@ class RelayedAnswer:
         prepared: Prepared,
         stack: AsyncExitStack,
         upstream: UpstreamStream,
-        frames: AsyncIterator[Frame],
+        batches: AsyncIterator[list[Frame]],
         early: list[Frame],
+        unfed: list[Frame],
         answer: AnswerStream,
     ) -> None:
         self._context = context
@@ -436,8 +444,9 @@ class RelayedAnswer:
         self._prepared = prepared
         self._stack = stack
         self._upstream = upstream
-        self._frames = frames
+        self._batches = batches
         self._early = early  # read (and fed to ``answer``) before the relay began
+        self._unfed = unfed  # read with them, after message_start
         self._answer = answer
         self._request_id = upstream.request_id
         self._closed = False
@@ -473,31 +482,35 @@ class RelayedAnswer:
                 await _release(self._context, self._prepared)
         return None  # only when the scope swallowed a cancellation meant for it
 
-    async def _upstream_events(self) -> AsyncIterator[dict[str, Any]]:
-        async for frame in self._frames:
-            if frame.type == "ping":
-                continue
+    def _feed(self, frames: list[Frame], made: list[Event]) -> None:
+        """Feed the frames to the answer, adding the events they make to ``made``; an error
+        frame raises, after the events of those before it."""
+        for frame in frames:
             if frame.type == "error":
                 raise self._upstream.error_of(frame)
-            yield frame.event
+            made += self._answer.feed(frame.event)  # a ping makes none
 
-    async def events(self) -> AsyncIterator[Event]:
-        """Relay the stream; end with ``answer.done``, or ``error`` and a failed answer."""
+    async def events(self) -> AsyncIterator[list[Event]]:
+        """Relay the stream, a list of events for each read of the upstream (relayed, each
+        list is one write); end with ``answer.done``, or ``error`` and a failed answer."""
         prepared, answer = self._prepared, self._answer
         failure: CitegateError | None = None
+        started = {
+            "id": prepared.id,
+            "conversation_id": prepared.conversation_id,
+            "model": answer.model or prepared.request["model"],
+            "documents": prepared.documents,
+        }
+        made: list[Event] = [("answer.started", started)]
         try:
-            yield (
-                "answer.started",
-                {
-                    "id": prepared.id,
-                    "conversation_id": prepared.conversation_id,
-                    "model": answer.model or prepared.request["model"],
-                    "documents": prepared.documents,
-                },
-            )
-            async for event in self._upstream_events():
-                for relayed in answer.feed(event):
-                    yield relayed
+            self._feed(self._unfed, made)
+            yield made
+            made = []
+            async for batch in self._batches:
+                self._feed(batch, made)
+                if made:
+                    yield made
+                    made = []
             self._check_finished()
         except UpstreamError as exc:
             failure = exc
@@ -511,26 +524,35 @@ class RelayedAnswer:
         stored = await self.close("failed" if failure else "completed")
         if failure is not None:
             log.warning("streamed answer %s failed: %s", prepared.id, failure.code)
-            yield ("error", problem_of(failure))
+            made.append(("error", problem_of(failure)))
         elif stored is not None:
-            yield ("answer.done", answer_payload(stored))
+            made.append(("answer.done", answer_payload(stored)))
+        if made:
+            yield made
 
-    async def frames(self) -> AsyncGenerator[tuple[Frame, list[Event]], None]:
+    async def frames(self) -> AsyncGenerator[list[tuple[Frame, list[Event]]], None]:
         """The upstream's events as it sent them, pings and an error event included, each
-        with the Citegate events made of it. The answer is stored when they end: completed;
-        failed after an error event, or when the stream broke (``failure`` then says why);
-        cancelled when the client went away."""
+        with the Citegate events made of it, a list for each read of the upstream. The answer
+        is stored when they end: completed; failed after an error event, or when the stream
+        broke (``failure`` then says why); cancelled when the client went away."""
         answer = self._answer
         failed = False
+        relayed: list[tuple[Frame, list[Event]]] = [(frame, []) for frame in self._early]
         try:
-            for frame in self._early:
-                yield frame, []
-            async for frame in self._frames:
-                if frame.type == "error":
-                    failed = True
-                    yield frame, []
+            batch: list[Frame] | None = self._unfed
+            while batch is not None:
+                for frame in batch:
+                    if frame.type == "error":
+                        failed = True
+                        relayed.append((frame, []))
+                        break
+                    relayed.append((frame, answer.feed(frame.event)))
+                if relayed:
+                    yield relayed
+                    relayed = []
+                if failed:
                     break
-                yield frame, answer.feed(frame.event)
+                batch = await anext(self._batches, None)
             else:
                 self._check_finished()
         except UpstreamError as exc:

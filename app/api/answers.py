@@ -210,11 +210,14 @@ class _SendWatch:
             self._timer = self._loop.call_later(self._interval, self._check)
 
 
-async def _server_sent(events: AsyncIterator[Event]) -> AsyncIterator[ServerSentEvent]:
+async def _server_sent(batches: AsyncIterator[list[Event]]) -> AsyncIterator[bytes]:
     # aclosing: when this generator is closed, the relay is closed now, not at GC time.
-    async with aclosing(events):  # type: ignore[type-var]
-        async for name, data in events:
-            yield ServerSentEvent(data=orjson.dumps(data).decode(), event=name)
+    async with aclosing(batches):  # type: ignore[type-var]
+        async for events in batches:  # one write for each read of the upstream
+            yield b"".join(
+                ServerSentEvent(data=orjson.dumps(data).decode(), event=name).encode()
+                for name, data in events
+            )
 
 
 @router.post(

@@ -92,13 +92,16 @@ async def create_message(
     )
 
 
-async def _relayed(relayed: RelayedAnswer) -> AsyncIterator[ServerSentEvent]:
+async def _relayed(relayed: RelayedAnswer) -> AsyncIterator[bytes]:
     # aclosing: when this generator is closed, the relay is closed now, not at GC time.
-    async with aclosing(relayed.frames()) as frames:
-        async for frame, made in frames:
-            yield ServerSentEvent(data=relayed_data(frame, made), event=frame.name)
+    async with aclosing(relayed.frames()) as batches:
+        async for batch in batches:  # one write for each read of the upstream
+            yield b"".join(
+                ServerSentEvent(data=relayed_data(frame, made), event=frame.name).encode()
+                for frame, made in batch
+            )
     if relayed.failure is not None:
-        yield ServerSentEvent(data=error_event_data(relayed.failure), event="error")
+        yield ServerSentEvent(data=error_event_data(relayed.failure), event="error").encode()
 
 
 @router.post("/messages/count_tokens", operation_id="anthropicCountMessageTokens")

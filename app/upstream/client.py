@@ -24,7 +24,7 @@ import aiohttp
 import httpx
 import orjson
 from httpx_aiohttp import AiohttpTransport
-from httpx_sse import EventSource, SSEError
+from httpx_sse._decoders import SSEDecoder, SSELineDecoder
 from pydantic import ValidationError
 from tenacity import (
     AsyncRetrying,
@@ -413,37 +413,34 @@ _ERROR_STATUS = {
 
 
 class UpstreamStream:
-    """The events of a streamed answer, each parsed as JSON: ``frames`` as they came, pings
-    and errors included; ``events`` with pings skipped and an error event raised as
-    ``UpstreamError``."""
+    """The events of a streamed answer, each parsed as JSON, pings and errors included, a list
+    at a time: ``batches`` yields the frames each read of the response completed."""
 
     def __init__(self, response: httpx.Response) -> None:
         self._response = response
         self.request_id = request_id_of(response)
 
-    async def events(self) -> AsyncIterator[dict[str, Any]]:
-        async for frame in self.frames():
-            if frame.type == "ping":
-                continue
-            if frame.type == "error":
-                raise self.error_of(frame)
-            yield frame.event
-
-    async def frames(self) -> AsyncIterator[Frame]:
+    async def batches(self) -> AsyncIterator[list[Frame]]:
+        """The upstream sends events in bursts (a block's start with its first delta, a run of
+        citations), and an instant upstream sends them all in one read: relayed a read at a
+        time, they make one write downstream where they came in one, not one write each.
+        The framing is httpx-sse's own decoders, fed each read."""
+        content_type = self._response.headers.get("content-type", "").partition(";")[0]
+        if "text/event-stream" not in content_type:
+            raise self._bad("something that is not an event stream")
+        lines, decoder = SSELineDecoder(), SSEDecoder()
         try:
-            async for sse in EventSource(self._response).aiter_sse():
-                if not sse.data:
-                    continue
-                try:
-                    # Real streams pad their JSON with spaces: a JSON parser, never matching.
-                    event = orjson.loads(sse.data)
-                except orjson.JSONDecodeError as exc:
-                    raise self._bad("an event that is not JSON") from exc
-                if not isinstance(event, dict):
-                    raise self._bad("an event that is not an object")
-                yield Frame(sse.event, sse.data, event)
-        except SSEError as exc:
-            raise self._bad("something that is not an event stream") from exc
+            async for text in self._response.aiter_text():
+                batch, broken = self._frames(lines.decode(text), decoder)
+                if batch:
+                    yield batch
+                if broken is not None:  # after the frames before it
+                    raise broken
+            batch, broken = self._frames(lines.flush(), decoder)
+            if batch:
+                yield batch
+            if broken is not None:
+                raise broken
         except httpx.TimeoutException as exc:
             raise UpstreamError(
                 "The upstream API stopped sending in the middle of the answer.",
@@ -456,6 +453,26 @@ class UpstreamStream:
                 code=ErrorCode.UPSTREAM_STREAM_INTERRUPTED,
                 request_id=self.request_id,
             ) from exc
+
+    def _frames(
+        self, lines: list[str], decoder: SSEDecoder
+    ) -> tuple[list[Frame], UpstreamError | None]:
+        """The frames these lines complete, up to the first that is not a JSON object, and
+        the error that one is."""
+        frames: list[Frame] = []
+        for line in lines:
+            sse = decoder.decode(line)
+            if sse is None or not sse.data:
+                continue
+            try:
+                # Real streams pad their JSON with spaces: a JSON parser, never matching.
+                event = orjson.loads(sse.data)
+            except orjson.JSONDecodeError:
+                return frames, self._bad("an event that is not JSON")
+            if not isinstance(event, dict):
+                return frames, self._bad("an event that is not an object")
+            frames.append(Frame(sse.event, sse.data, event))
+        return frames, None
 
     def _bad(self, what: str) -> UpstreamError:
         return UpstreamError(
