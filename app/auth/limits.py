@@ -17,11 +17,9 @@ import logging
 import math
 import time
 from collections.abc import Awaitable, Callable
-from typing import Literal, TypeVar
+from typing import TYPE_CHECKING, Literal, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
-import coredis
-from coredis.retry import NoRetryPolicy
 from limits import RateLimitItem, RateLimitItemPerDay, RateLimitItemPerMinute
 from limits.aio.storage import Storage
 from limits.aio.strategies import FixedWindowRateLimiter
@@ -32,6 +30,9 @@ from app.auth.keys import Principal
 from app.errors import RateLimited
 from app.observability import Metrics
 from app.settings import Settings
+
+if TYPE_CHECKING:
+    import coredis
 
 log = logging.getLogger(__name__)
 
@@ -62,6 +63,10 @@ class KeyLimits:
         self._pool: coredis.ConnectionPool | None = None
         self._location = "memory"
         if settings.redis_url:
+            # Imported only for a Redis store: coredis (with pympler and numpy) is 20 MB.
+            import coredis
+            from coredis.retry import NoRetryPolicy
+
             self._location = _without_secrets(settings.redis_url)
             # Our own pool, so that shutdown can close its connections.
             self._pool = coredis.ConnectionPool.from_url(

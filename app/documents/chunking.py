@@ -9,10 +9,11 @@ what it is known to get wrong.
 from __future__ import annotations
 
 import ctypes
+import importlib.util
 import itertools
 import re
-
-import blingfire
+import sys
+from pathlib import Path
 
 # The C entry point, called directly: the Python wrapper maps offsets with a Python loop over
 # every byte (~0.2 s per MB), raises on lone surrogates and on "", and makes up a span for blank
@@ -28,8 +29,23 @@ _TEXT_TO_SENTENCES_SIGNATURE = ctypes.CFUNCTYPE(
     ctypes.POINTER(ctypes.c_int32),  # each sentence's last byte (inclusive), or NULL
     ctypes.c_int,  # the size of out, and of each offset array
 )
+
+
+def _blingfire_library() -> ctypes.CDLL:
+    """blingfire's shared library, loaded from its package as the package loads it, without
+    importing the package: its ``import numpy`` alone is 10 MB in every worker, and numpy is
+    used only by functions chunking never calls."""
+    spec = importlib.util.find_spec("blingfire")
+    if spec is None or not spec.submodule_search_locations:
+        raise ImportError("blingfire is not installed")
+    name = {"win32": "blingfiretokdll.dll", "darwin": "libblingfiretokdll.dylib"}.get(
+        sys.platform, "libblingfiretokdll.so"
+    )
+    return ctypes.cdll.LoadLibrary(str(Path(spec.submodule_search_locations[0], name)))
+
+
 _TEXT_TO_SENTENCES = _TEXT_TO_SENTENCES_SIGNATURE(
-    ("TextToSentencesWithOffsets", blingfire.blingfire)
+    ("TextToSentencesWithOffsets", _blingfire_library())
 )
 
 _SURROGATE = re.compile(r"[\ud800-\udfff]")

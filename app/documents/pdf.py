@@ -15,7 +15,6 @@ import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-import pypdf
 import pypdfium2 as pdfium
 import pypdfium2.raw as pdfium_c
 
@@ -106,6 +105,8 @@ def _is_textless(text: str, page: pdfium.PdfPage) -> bool:
 
 
 def _extract_with_pypdf(data: bytes) -> PdfText:
+    import pypdf  # a fallback, imported when first needed: see LAZY_LIBRARIES
+
     try:
         reader = pypdf.PdfReader(io.BytesIO(data))
         if reader.is_encrypted:
@@ -164,6 +165,8 @@ def _split_with_pdfium(data: bytes, windows: Sequence[tuple[int, int]]) -> list[
 
 
 def _split_with_pypdf(data: bytes, windows: Sequence[tuple[int, int]]) -> list[bytes]:
+    import pypdf  # a fallback, imported when first needed: see LAZY_LIBRARIES
+
     reader = pypdf.PdfReader(io.BytesIO(data))
     parts = []
     for first, last in windows:

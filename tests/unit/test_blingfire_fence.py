@@ -76,6 +76,16 @@ def test_the_package_loads_its_own_shared_library() -> None:
     )
 
 
+def test_chunking_loads_the_library_the_package_loads() -> None:
+    # chunking loads the library itself, so as not to import the package (and numpy).
+    chunking = importlib.import_module("app.documents.chunking")
+    library: Any = getattr(blingfire, "blingfire", None)
+    assert Path(chunking._blingfire_library()._name) == Path(library._name), (
+        f"chunking loads {chunking._blingfire_library()._name}, the package {library._name}; "
+        f"{WHERE}"
+    )
+
+
 def test_sentences_come_one_a_line_with_utf8_byte_offsets(
     text_to_sentences: Callable[..., int],
 ) -> None:

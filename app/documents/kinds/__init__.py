@@ -29,6 +29,13 @@ from app.documents.kinds.text import UTF16_32_BOMS, TextKind
 from app.documents.kinds.word import WordKind
 from app.errors import ErrorCode, InvalidDocument, UnsupportedMediaType
 
+# Libraries a kind imports when it first parses (or, for pypdf, first falls back to it), not
+# when the registry is built: a worker that never reads a Word file never holds python-docx,
+# and together they were a fifth of a fresh worker's memory. numpy comes with blingfire's
+# package, which chunking never imports (it loads the library itself). Checked by
+# tests/unit/test_lazy_imports.py.
+LAZY_LIBRARIES = ("docx", "pptx", "openpyxl", "lxml", "selectolax", "pypdf", "PIL", "numpy")
+
 TEXT = TextKind()
 PDF = PdfKind()
 CONTENT = ContentKind()
@@ -128,6 +135,7 @@ def identify(data: bytes, declared: DocumentKind | None = None) -> DocumentKind:
 
 __all__ = [
     "CONTENT",
+    "LAZY_LIBRARIES",
     "PDF",
     "TEXT",
     "ChunkSpan",

@@ -11,13 +11,14 @@ locator is ``{"paragraph": n}``, the n-th block of visible text in the page.
 from __future__ import annotations
 
 import re
-from typing import Any, ClassVar
-
-from selectolax.lexbor import LexborHTMLParser, LexborNode
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from app.documents.kinds.base import DEFAULT_PARSE_OPTIONS, ParsedDocument, ParseOptions
 from app.documents.kinds.converted import Block, ConvertedTextKind, no_text, text_document
 from app.documents.kinds.text import bom_encoding, decode_text
+
+if TYPE_CHECKING:
+    from selectolax.lexbor import LexborNode
 
 _SNIFF_BYTES = 1024
 _META_CHARSET = re.compile(rb"""<meta[^>]*?charset\s*=\s*["']?\s*([A-Za-z0-9_.:-]+)""", re.I)
@@ -169,6 +170,8 @@ class HtmlKind(ConvertedTextKind):
         return _LOOKS_LIKE_HTML.match(head) is not None
 
     def parse(self, data: bytes, options: ParseOptions = DEFAULT_PARSE_OPTIONS) -> ParsedDocument:
+        from selectolax.lexbor import LexborHTMLParser  # when first needed: see LAZY_LIBRARIES
+
         text, encoding = decode_text(data, _charset(data, options.charset))
         tree = LexborHTMLParser(text)
         root = tree.root

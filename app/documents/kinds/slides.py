@@ -8,9 +8,6 @@ import zipfile
 from collections.abc import Iterator
 from typing import Any, ClassVar
 
-from lxml import etree
-from pptx import Presentation
-
 from app.documents.kinds.base import DEFAULT_PARSE_OPTIONS, ParsedDocument, ParseOptions
 from app.documents.kinds.converted import Block, BlocksKind, blocks_document
 from app.documents.kinds.ooxml import OfficeKind, damaged, open_package
@@ -62,6 +59,9 @@ class SlidesKind(OfficeKind, BlocksKind):
     }
 
     def parse(self, data: bytes, options: ParseOptions = DEFAULT_PARSE_OPTIONS) -> ParsedDocument:
+        from lxml import etree  # when first needed: see LAZY_LIBRARIES
+        from pptx import Presentation
+
         package = open_package(data, options)
         try:
             blocks = list(_slide_blocks(Presentation(package)))

@@ -19,10 +19,6 @@ from typing import IO, Any, ClassVar
 from xml.etree import ElementTree
 from xml.parsers import expat
 
-import openpyxl
-from openpyxl.utils import column_index_from_string, get_column_letter
-from openpyxl.utils.datetime import from_excel, from_ISO8601
-
 from app.documents.kinds.base import DEFAULT_PARSE_OPTIONS, ParsedDocument, ParseOptions
 from app.documents.kinds.converted import Block, BlocksKind, blocks_document
 from app.documents.kinds.ooxml import OfficeKind, damaged, open_package
@@ -147,6 +143,11 @@ class _SheetReader:
     """
 
     def __init__(self, workbook: Any) -> None:
+        from openpyxl.utils import column_index_from_string
+        from openpyxl.utils.datetime import from_excel, from_ISO8601
+
+        self._column_index, self._from_excel = column_index_from_string, from_excel
+        self._from_iso = from_ISO8601
         self.workbook = workbook
         self.shared_texts: dict[int, str] = {}
         self.date_styles: set[int] = workbook._date_formats
@@ -158,7 +159,7 @@ class _SheetReader:
         letters = reference.rstrip("0123456789")
         column = self.columns.get(letters)
         if column is None:
-            column = column_index_from_string(letters) - 1
+            column = self._column_index(letters) - 1
             self.columns[letters] = column
         return column
 
@@ -173,7 +174,7 @@ class _SheetReader:
             style_id = int(style) if style else 0  # no "s": the workbook's default style
             if style_id in self.date_styles:
                 try:
-                    moment = from_excel(
+                    moment = self._from_excel(
                         float(value), self.epoch, timedelta=style_id in self.timedelta_styles
                     )
                 except (OverflowError, ValueError):
@@ -183,7 +184,7 @@ class _SheetReader:
         if kind == "b":
             return "TRUE" if int(value) else "FALSE"
         if kind == "d":
-            return _cell_text(from_ISO8601(value))
+            return _cell_text(self._from_iso(value))
         return _cell_text(value)  # inlineStr, str (a formula's text), e (an error)
 
     def rows(self, sheet: Any) -> Iterator[tuple[int, list[str]]]:
@@ -316,6 +317,9 @@ class WorkbookKind(OfficeKind, BlocksKind):
     }
 
     def parse(self, data: bytes, options: ParseOptions = DEFAULT_PARSE_OPTIONS) -> ParsedDocument:
+        import openpyxl  # when first needed: see LAZY_LIBRARIES
+        from openpyxl.utils import get_column_letter
+
         package = open_package(data, options)
         try:
             workbook = openpyxl.load_workbook(

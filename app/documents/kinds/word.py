@@ -14,21 +14,19 @@ from __future__ import annotations
 
 import zipfile
 from collections.abc import Iterator
-from typing import Any, ClassVar
-
-from docx.oxml import parse_xml
-from docx.oxml.ns import qn
-from docx.table import Table
-from docx.text.paragraph import Paragraph
-from lxml import etree
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from app.documents.kinds.base import DEFAULT_PARSE_OPTIONS, ParsedDocument, ParseOptions
 from app.documents.kinds.converted import Block, ConvertedTextKind, text_document
 from app.documents.kinds.ooxml import OfficeKind, damaged, main_part, open_package
 
+if TYPE_CHECKING:
+    from docx.text.paragraph import Paragraph
+
 _DOCX = "application/vnd.openxmlformats-officedocument.wordprocessingml.document"
 _DOCM = "application/vnd.ms-word.document.macroEnabled.12"
-_PARAGRAPH, _TABLE, _NUMBERING = qn("w:p"), qn("w:tbl"), qn("w:numPr")
+_W = "{http://schemas.openxmlformats.org/wordprocessingml/2006/main}"  # qn("w:")
+_PARAGRAPH, _TABLE, _NUMBERING = f"{_W}p", f"{_W}tbl", f"{_W}numPr"
 _CELL_SEPARATOR = " | "
 
 
@@ -45,6 +43,9 @@ class WordKind(OfficeKind, ConvertedTextKind):
     }
 
     def parse(self, data: bytes, options: ParseOptions = DEFAULT_PARSE_OPTIONS) -> ParsedDocument:
+        from docx.oxml import parse_xml  # when first needed: see LAZY_LIBRARIES
+        from lxml import etree
+
         package = open_package(data, options)
         part = main_part(data)
         assert part is not None, "identified as Word by its main part"
@@ -60,6 +61,9 @@ class WordKind(OfficeKind, ConvertedTextKind):
 
 
 def _blocks(document: Any) -> Iterator[Block]:
+    from docx.table import Table
+    from docx.text.paragraph import Paragraph
+
     body = document.body
     if body is None:
         return
