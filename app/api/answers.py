@@ -148,6 +148,16 @@ class EventStream(EventSourceResponse):
         await send(message)  # no scope: with a timeout, __call__'s _SendWatch bounds it
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await self._respond(scope, receive, send)
+        finally:
+            # sse-starlette's cancelled tasks leave reference cycles that hold this response
+            # until a full collection, which is rare (GC_THRESHOLDS): once it has ended, let it
+            # hold nothing of its answer (the relay, its request, the upstream response).
+            self.body_iterator = _ENDED
+            self.background = None
+
+    async def _respond(self, scope: Scope, receive: Receive, send: Send) -> None:
         if self.send_timeout is None:
             await super().__call__(scope, receive, send)
             return
@@ -166,6 +176,14 @@ class EventStream(EventSourceResponse):
             if self.background is not None:  # cancelled before super() could run it
                 with anyio.CancelScope(shield=True):
                     await self.background()
+
+
+async def _nothing() -> AsyncIterator[bytes]:
+    return
+    yield  # an async generator that yields nothing
+
+
+_ENDED: AsyncIterator[bytes] = _nothing()
 
 
 class _SendWatch:

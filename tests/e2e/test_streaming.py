@@ -13,6 +13,8 @@ import httpx
 import pytest
 from httpx_sse import connect_sse
 
+from app.answers.service import RelayedAnswer
+from app.api.answers import EventStream
 from app.settings import Settings
 from tests.conftest import Served, behind
 from tests.fake_upstream import GRASS, GRASS_ANSWER, FakeUpstream, Reply, error, sse, sse_message
@@ -156,6 +158,25 @@ def test_an_ended_stream_keeps_no_copy_of_its_upstream_request(
         for request in sent:
             with pytest.raises(httpx.RequestNotRead):
                 request.content  # noqa: B018 (the body is not held: it was never read whole)
+    finally:
+        gc.enable()
+
+
+def test_an_ended_stream_keeps_nothing_of_its_answer(api: httpx.Client, fake: FakeUpstream) -> None:
+    # The response itself lives on in those cycles until a full collection: it must let go of
+    # the relay (its prepared request, its indexes, the upstream response) when it ends.
+    document_id = upload(api)
+    raw = (FIXTURES / "web_search_stream.sse").read_bytes()
+    gc.collect()  # what earlier tests left
+    gc.disable()
+    try:
+        for _ in range(3):
+            fake.reset(Reply(events=[raw]))
+            assert stream(api, {"question": "News?", "document_ids": [document_id]})[-1][0] == (
+                "answer.done"
+            )
+        assert [o for o in gc.get_objects() if isinstance(o, EventStream)]  # in their cycles
+        assert [o for o in gc.get_objects() if isinstance(o, RelayedAnswer)] == []
     finally:
         gc.enable()
 
