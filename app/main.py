@@ -46,9 +46,8 @@ log = logging.getLogger(__name__)
 # Python's default (700, 10, 10) makes a full collection every 70,000 net allocations, which many
 # open streams reach often, and each full pass stops the event loop while it walks all their
 # objects (bench/streams.py measures it). Young garbage is still collected young; full passes
-# come ten times less often. Not rarer: each ended stream leaves about 300 objects in reference
-# cycles (sse-starlette's cancelled tasks): with 1000 here, 2,000 streams grew a worker by
-# 30 MB before a pass freed them; with 100, by 5 MB (bench/overhead.py, streaming at 32).
+# come ten times less often. Not rarer: each answer still leaves some 100 objects in reference
+# cycles (the retries' state, the HTTP clients' request and response), freed only by a pass.
 GC_THRESHOLDS = (700, 10, 100)
 
 

@@ -2,24 +2,20 @@
 
 from __future__ import annotations
 
-import asyncio
-import logging
 from collections.abc import AsyncIterator
 from contextlib import aclosing
 from typing import Annotated, Any
 
-import anyio
 import orjson
 from fastapi import APIRouter, Depends, Path, Request, Response
-from sse_starlette import EventSourceResponse, ServerSentEvent
-from sse_starlette.sse import SendTimeoutError
+from sse_starlette import ServerSentEvent
 from starlette.background import BackgroundTask
-from starlette.types import Message, Receive, Scope, Send
 
 from app.answers import service
 from app.answers.schemas import STREAM_EVENT_DATA, AnswerOut, AnswerRequest, TokenCount
 from app.answers.streaming import Event
 from app.api.deps import PdfPagesDep, PrincipalDep, SessionDep, TenantDep
+from app.api.event_stream import EventStream
 from app.api.problems import (
     AUTH_PROBLEMS,
     BODY_PROBLEMS,
@@ -30,8 +26,6 @@ from app.api.problems import (
 )
 from app.api.responses import OrjsonResponse
 from app.documents.schemas import NO_NUL
-
-log = logging.getLogger(__name__)
 
 
 async def _context(request: Request) -> service.AnswerContext:  # async: no worker thread
@@ -125,107 +119,11 @@ async def create_answer(
             _server_sent(relayed.events()),
             ping=context.settings.sse_keepalive_seconds,
             send_timeout=context.settings.stream_send_timeout_seconds or None,
-            headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
             # Stores and frees what a stream that was never read (or cut short) still holds.
             background=BackgroundTask(relayed.close),
         )
     answer = await service.create_answer(session, principal, body, context)
     return OrjsonResponse(service.answer_payload(answer))
-
-
-class EventStream(EventSourceResponse):
-    """sse-starlette's response, with its send timeout kept by one timer per response instead
-    of a cancel scope around each send: entering and leaving an anyio scope, with a deadline
-    or without, is a sizeable share of what relaying an event costs.
-
-    ``send_timeout`` is still sse-starlette's own, so that should it stop calling
-    ``_send_with_timeout`` its timeout still applies (tests/unit/test_event_stream.py fails
-    then). A timed-out send cancels the response: the relay is closed as for a client that
-    went away, and ``background`` stores what arrived.
-    """
-
-    async def _send_with_timeout(self, send: Send, message: Message) -> None:
-        await send(message)  # no scope: with a timeout, __call__'s _SendWatch bounds it
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        try:
-            await self._respond(scope, receive, send)
-        finally:
-            # sse-starlette's cancelled tasks leave reference cycles that hold this response
-            # until a full collection, which is rare (GC_THRESHOLDS): once it has ended, let it
-            # hold nothing of its answer (the relay, its request, the upstream response).
-            self.body_iterator = _ENDED
-            self.background = None
-
-    async def _respond(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if self.send_timeout is None:
-            await super().__call__(scope, receive, send)
-            return
-        with anyio.CancelScope() as cancel_scope:
-            watch = _SendWatch(send, self.send_timeout, cancel_scope)
-            try:
-                await super().__call__(scope, receive, watch.send)
-            except SendTimeoutError:  # sse-starlette's own timeout, as a fallback
-                watch.stalled = True
-            finally:
-                watch.stop()
-        if watch.stalled:
-            log.warning(
-                "a stream's client read nothing for %s s; the stream is ended", watch.timeout
-            )
-            if self.background is not None:  # cancelled before super() could run it
-                with anyio.CancelScope(shield=True):
-                    await self.background()
-
-
-async def _nothing() -> AsyncIterator[bytes]:
-    return
-    yield  # an async generator that yields nothing
-
-
-_ENDED: AsyncIterator[bytes] = _nothing()
-
-
-class _SendWatch:
-    """The sends of one response, and a timer that cancels the response once a send has been
-    waiting ``timeout`` seconds with none completing: a client that stopped reading. Each send
-    only counts; the timer looks a few times per ``timeout``."""
-
-    CHECKS_PER_TIMEOUT = 4
-
-    def __init__(self, send: Send, timeout: float, cancel_scope: anyio.CancelScope) -> None:
-        self._send = send
-        self.timeout = timeout
-        self._cancel_scope = cancel_scope
-        self._begun = self._done = self._done_at_check = 0
-        self._idle_checks = 0
-        self.stalled = False
-        self._interval = timeout / self.CHECKS_PER_TIMEOUT
-        self._loop = asyncio.get_running_loop()
-        self._timer = self._loop.call_later(self._interval, self._check)
-
-    async def send(self, message: Message) -> None:
-        self._begun += 1
-        try:
-            await self._send(message)
-        finally:
-            self._done += 1
-
-    def stop(self) -> None:
-        self._timer.cancel()
-
-    def _check(self) -> None:
-        if self._begun > self._done and self._done == self._done_at_check:
-            self._idle_checks += 1
-        else:
-            self._idle_checks = 0
-        self._done_at_check = self._done
-        # The first idle check may come just after the send began: one more makes a full timeout.
-        if self._idle_checks > self.CHECKS_PER_TIMEOUT:
-            self.stalled = True
-            self._cancel_scope.cancel()
-        else:
-            self._timer = self._loop.call_later(self._interval, self._check)
 
 
 async def _server_sent(batches: AsyncIterator[list[Event]]) -> AsyncIterator[bytes]:

@@ -21,10 +21,11 @@ from starlette.background import BackgroundTask
 
 from app.answers import service as answers
 from app.answers.service import RelayedAnswer
-from app.api.answers import ContextDep, EventStream
+from app.api.answers import ContextDep
 from app.api.batches import PollerDep
 from app.api.deps import AnthropicPrincipalDep, SessionDep, SettingsDep, SourceCacheDep
 from app.api.documents import content_response, store_uploaded_file
+from app.api.event_stream import EventStream
 from app.batches import service as batches
 from app.compat import service
 from app.compat.batches import MessageBatchBody, message_batch, open_results, prepare_questions
@@ -77,8 +78,6 @@ async def create_message(
             headers={
                 ANSWER_HEADER: prepared.id,
                 "request-id": relayed.request_id or "",
-                "Cache-Control": "no-store",
-                "X-Accel-Buffering": "no",
             },
             background=BackgroundTask(relayed.close),
         )

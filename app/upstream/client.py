@@ -375,9 +375,9 @@ _PIECE = 1024 * 1024
 async def _pieces(content: bytes) -> AsyncIterator[bytes]:
     """The body as an iterator, a megabyte at a time, so that nothing keeps it once sent.
 
-    httpx's request keeps a body given as bytes for as long as the response lives, and a
-    streamed response lives in reference cycles (cancelled tasks and their tracebacks) until
-    a full garbage collection: a 300 KB request per stream, held for thousands of streams. A
+    httpx's request keeps a body given as bytes for as long as the response lives, and the
+    request and response live in reference cycles (the retries' state, the clients' own) until
+    a full garbage collection: a 300 KB request per answer, held for thousands of them. A
     finished iterator holds nothing. Bodies past a megabyte also go in pieces for aiohttp,
     which copies each whole piece it is given.
     """

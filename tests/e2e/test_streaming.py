@@ -14,7 +14,7 @@ import pytest
 from httpx_sse import connect_sse
 
 from app.answers.service import RelayedAnswer
-from app.api.answers import EventStream
+from app.api.event_stream import EventStream
 from app.settings import Settings
 from tests.conftest import Served, behind
 from tests.fake_upstream import GRASS, GRASS_ANSWER, FakeUpstream, Reply, error, sse, sse_message
@@ -134,8 +134,8 @@ def test_fixture_stream_in_small_pieces(api: httpx.Client, fake: FakeUpstream) -
 def test_an_ended_stream_keeps_no_copy_of_its_upstream_request(
     api: httpx.Client, fake: FakeUpstream
 ) -> None:
-    # A streamed response lives on in reference cycles (cancelled tasks, their tracebacks)
-    # until a full garbage collection, and with it its request: a request holding its body
+    # The upstream request lives on in reference cycles (the retries' state, the HTTP
+    # client's response) until a full garbage collection: a request holding its body
     # kept every stream's documents (hundreds of KB) in memory for thousands of streams.
     document = " ".join(["The grass is green."] * 20_000)  # 400 KB of documents sent
     document_id = api.post(
@@ -163,8 +163,9 @@ def test_an_ended_stream_keeps_no_copy_of_its_upstream_request(
 
 
 def test_an_ended_stream_keeps_nothing_of_its_answer(api: httpx.Client, fake: FakeUpstream) -> None:
-    # The response itself lives on in those cycles until a full collection: it must let go of
-    # the relay (its prepared request, its indexes, the upstream response) when it ends.
+    # Neither the response nor its relay (the prepared request, its indexes, the upstream
+    # response) may wait in reference cycles for a full collection, which is rare
+    # (GC_THRESHOLDS): reference counting frees them as the stream ends.
     document_id = upload(api)
     raw = (FIXTURES / "web_search_stream.sse").read_bytes()
     gc.collect()  # what earlier tests left
@@ -175,7 +176,7 @@ def test_an_ended_stream_keeps_nothing_of_its_answer(api: httpx.Client, fake: Fa
             assert stream(api, {"question": "News?", "document_ids": [document_id]})[-1][0] == (
                 "answer.done"
             )
-        assert [o for o in gc.get_objects() if isinstance(o, EventStream)]  # in their cycles
+        assert [o for o in gc.get_objects() if isinstance(o, EventStream)] == []
         assert [o for o in gc.get_objects() if isinstance(o, RelayedAnswer)] == []
     finally:
         gc.enable()

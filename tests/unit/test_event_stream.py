@@ -1,21 +1,22 @@
-"""The stream response's sends: no cancel scope around each, yet a send that waits for a client
-that stopped reading ends the response after the send timeout. And a fence around the part of
-sse-starlette this relies on, its private ``_send_with_timeout``."""
+"""The stream response: it sends each event as the relay makes it, pings after a silence, and
+ends early, closing the relay and running its background, when the client has gone, has
+stopped reading, or the server cancels the request. Driven through its ASGI interface, as
+uvicorn drives it."""
 
 from __future__ import annotations
 
-import inspect
+import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable
 
 import anyio
-from sse_starlette import EventSourceResponse
+import pytest
 from starlette.background import BackgroundTask
-from starlette.types import Message, Scope, Send
+from starlette.types import Message, Scope
 
-from app.api.answers import EventStream
+from app.api.event_stream import EventStream
 
 SCOPE: Scope = {"type": "http", "method": "POST", "path": "/v1/answers", "headers": []}
-BODY: Message = {"type": "http.response.body", "body": b"data: x\r\n\r\n", "more_body": True}
+END: Message = {"type": "http.response.body", "body": b"", "more_body": False}
 
 
 async def never_disconnects() -> Message:
@@ -26,66 +27,132 @@ async def never_disconnects() -> Message:
 class Relay:
     """A body iterator and a background task that record what happened to them."""
 
-    def __init__(self, events: int) -> None:
+    def __init__(self, events: int, pause: float = 0) -> None:
         self.events = events
+        self.pause = pause
+        self.sent = 0
         self.closed = False
         self.background_runs = 0
 
-    async def body(self) -> AsyncIterator[str]:
+    async def body(self) -> AsyncIterator[bytes]:
         try:
             for n in range(self.events):
-                yield f"data: {n}\r\n\r\n"
+                if self.pause:
+                    await anyio.sleep(self.pause)
+                self.sent += 1
+                yield f"data: {n}\r\n\r\n".encode()
         finally:
             self.closed = True
 
     async def background(self) -> None:
         self.background_runs += 1
 
+    def response(self, ping: float = 60, send_timeout: float | None = None) -> EventStream:
+        return EventStream(
+            self.body(),
+            ping=ping,
+            send_timeout=send_timeout,
+            background=BackgroundTask(self.background),
+        )
 
-async def serve(response: EventSourceResponse, send: Callable[[Message], Awaitable[None]]) -> None:
+
+Receive = Callable[[], Awaitable[Message]]
+
+
+async def serve(
+    response: EventStream,
+    send: Callable[[Message], Awaitable[None]],
+    receive: Receive = never_disconnects,
+) -> None:
     with anyio.fail_after(20):  # a hang fails the test instead of stalling the suite
-        await response(SCOPE, never_disconnects, send)
+        await response(SCOPE, receive, send)
 
 
-async def test_without_a_timeout_a_send_goes_straight_through() -> None:
-    sent: list[Message] = []
-
+def recording(sent: list[Message]) -> Callable[[Message], Awaitable[None]]:
     async def send(message: Message) -> None:
-        sent.append(message)
-
-    await EventStream(iter(()))._send_with_timeout(send, BODY)
-    assert sent == [BODY]
-
-
-def stuck_after(messages: int, sent: list[Message]) -> Callable[[Message], Awaitable[None]]:
-    """A client's send that takes ``messages`` messages, then never another."""
-
-    async def send(message: Message) -> None:
-        if len(sent) == messages:
-            await anyio.sleep_forever()
         sent.append(message)
 
     return send
 
 
+def bodies(sent: list[Message]) -> list[bytes]:
+    return [m["body"] for m in sent if m["type"] == "http.response.body"]
+
+
+async def test_every_event_is_sent_then_the_end_and_the_background_runs() -> None:
+    relay = Relay(events=3)
+    sent: list[Message] = []
+    await serve(relay.response(), recording(sent))
+    assert sent[0]["type"] == "http.response.start" and sent[0]["status"] == 200
+    headers = dict(sent[0]["headers"])
+    assert headers[b"content-type"] == b"text/event-stream; charset=utf-8"
+    assert headers[b"cache-control"] == b"no-store"
+    assert bodies(sent) == [b"data: 0\r\n\r\n", b"data: 1\r\n\r\n", b"data: 2\r\n\r\n", b""]
+    assert sent[-1] == END
+    assert relay.closed and relay.background_runs == 1
+
+
+async def test_a_silence_gets_a_ping_and_events_that_flow_get_none() -> None:
+    relay = Relay(events=3, pause=0.25)
+    sent: list[Message] = []
+    await serve(relay.response(ping=0.1), recording(sent))
+    sent_bodies = bodies(sent)
+    events = [body for body in sent_bodies if body.startswith(b"data:")]
+    assert len(events) == 3 and sent_bodies[-1] == b""
+    pings = [body for body in sent_bodies if body.startswith(b":")]
+    assert pings and all(body == b": ping\r\n\r\n" for body in pings)  # a comment: ignored
+    assert len(pings) <= 3 * 3  # at most one per silence of 0.1 s
+
+    quick = Relay(events=50)
+    sent = []
+    await serve(quick.response(ping=0.1), recording(sent))
+    assert not [body for body in bodies(sent) if body.startswith(b":")]
+
+
+async def test_a_client_that_disconnects_ends_the_stream_at_once() -> None:
+    relay = Relay(events=1000, pause=0.01)  # 10 s of events
+    left = anyio.Event()
+
+    async def receive() -> Message:
+        await left.wait()
+        return {"type": "http.disconnect"}
+
+    sent: list[Message] = []
+
+    async def send(message: Message) -> None:
+        sent.append(message)
+        if len(sent) == 5:
+            left.set()
+
+    started = anyio.current_time()
+    await serve(relay.response(), send, receive)
+    assert anyio.current_time() - started < 2
+    assert relay.sent < 20 and END not in sent
+    assert relay.closed and relay.background_runs == 1
+
+
 async def test_a_send_that_waits_past_the_timeout_ends_the_stream() -> None:
     relay = Relay(events=1000)
     sent: list[Message] = []
-    response = EventStream(
-        relay.body(), send_timeout=0.05, ping=0, background=BackgroundTask(relay.background)
-    )
-    await serve(response, stuck_after(3, sent))
+
+    async def stuck_after_three(message: Message) -> None:
+        if len(sent) == 3:
+            await anyio.sleep_forever()
+        sent.append(message)
+
+    await serve(relay.response(send_timeout=0.05), stuck_after_three)
     assert len(sent) == 3 and sent[-1]["more_body"]  # the response never completed
     assert relay.closed and relay.background_runs == 1
 
 
 async def test_a_stream_whose_client_never_takes_the_headers_still_runs_its_background() -> None:
     relay = Relay(events=10)
-    response = EventStream(
-        relay.body(), send_timeout=0.05, ping=0, background=BackgroundTask(relay.background)
-    )
-    await serve(response, stuck_after(0, []))
-    assert relay.background_runs == 1
+
+    async def stuck(message: Message) -> None:
+        await anyio.sleep_forever()
+
+    await serve(relay.response(send_timeout=0.05), stuck)
+    assert relay.sent == 0 and relay.background_runs == 1
 
 
 async def test_a_slow_client_that_keeps_reading_is_not_cut_off() -> None:
@@ -97,67 +164,46 @@ async def test_a_slow_client_that_keeps_reading_is_not_cut_off() -> None:
         await anyio.sleep(0.02)
         sent.append(message)
 
-    response = EventStream(
-        relay.body(), send_timeout=0.5, ping=0, background=BackgroundTask(relay.background)
-    )
-    await serve(response, slow)
-    assert len(sent) == 1 + 40 + 1 and sent[-1] == {
-        "type": "http.response.body",
-        "body": b"",
-        "more_body": False,
-    }
+    await serve(relay.response(send_timeout=0.5), slow)
+    assert len(sent) == 1 + 40 + 1 and sent[-1] == END
     assert relay.background_runs == 1
 
 
-async def test_sse_starlettes_own_timeout_also_ends_the_stream_cleanly() -> None:
-    """Should sse-starlette bypass the override, its SendTimeoutError is not a 500."""
+async def test_a_connection_that_breaks_under_a_send_ends_the_stream_quietly() -> None:
+    relay = Relay(events=100)
+    sent: list[Message] = []
 
-    class LibrarySends(EventStream):
-        _send_with_timeout = EventSourceResponse._send_with_timeout
+    async def broken_after_two(message: Message) -> None:
+        if len(sent) == 2:
+            raise ConnectionResetError("the client's connection was reset")
+        sent.append(message)
 
-    relay = Relay(events=1000)
-    response = LibrarySends(
-        relay.body(), send_timeout=0.05, ping=0, background=BackgroundTask(relay.background)
+    await serve(relay.response(), broken_after_two)
+    assert relay.closed and relay.background_runs == 1 and relay.sent < 5
+
+
+async def test_a_request_the_server_cancels_still_runs_its_background() -> None:
+    """uvicorn cancels what is still running after its graceful shutdown timeout."""
+    relay = Relay(events=1000, pause=0.01)
+    task = asyncio.get_running_loop().create_task(
+        relay.response()(SCOPE, never_disconnects, recording([]))
     )
-    await serve(response, stuck_after(3, []))
+    await anyio.sleep(0.1)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
     assert relay.closed and relay.background_runs == 1
 
 
-FENCE = (
-    "sse-starlette changed: app.api.answers.EventStream overrides its private "
-    "EventSourceResponse._send_with_timeout(self, send, message) to send events without a cancel "
-    "scope each. "
-)
+async def test_it_leaves_no_task_behind() -> None:
+    """Not the disconnect listener, when the server's receive never returns; nor a ping."""
+    before = asyncio.all_tasks()
+    await serve(Relay(events=3, pause=0.15).response(ping=0.1), recording([]))
+    await asyncio.sleep(0)  # the listener is cancelled at the next turn of the loop
+    await asyncio.sleep(0)
+    assert asyncio.all_tasks() - before == set()
 
 
-def test_fence_sse_starlette_still_has_send_with_timeout() -> None:
-    method = getattr(EventSourceResponse, "_send_with_timeout", None)
-    assert method is not None, FENCE + "The method is gone: drop the override or follow the rename."
-    assert list(inspect.signature(method).parameters) == ["self", "send", "message"], (
-        FENCE + f"Its signature is now {inspect.signature(method)}: update the override."
-    )
-
-
-async def test_fence_sse_starlette_sends_every_event_and_ping_through_it() -> None:
-    through: list[Message] = []
-
-    class Spied(EventSourceResponse):
-        async def _send_with_timeout(self, send: Send, message: Message) -> None:
-            through.append(message)
-            await super()._send_with_timeout(send, message)
-
-    sent: list[Message] = []
-
-    async def send(message: Message) -> None:
-        sent.append(message)
-        if len(sent) == 2:
-            await anyio.sleep(0.3)  # silence, so that a ping is sent too
-
-    relay = Relay(events=3)
-    await serve(Spied(relay.body(), ping=0.1), send)
-    bodies = [m for m in sent if m["type"] == "http.response.body" and m["more_body"]]
-    assert any(m["body"].startswith(b":") for m in bodies), "no ping was sent"
-    assert through == bodies, (
-        FENCE + "Not every event or ping goes through it any more, so the override no longer "
-        "covers them: check sse_starlette.sse.EventSourceResponse and update the override."
-    )
+def test_a_ping_interval_is_required() -> None:
+    with pytest.raises(ValueError, match="ping"):
+        EventStream(Relay(events=0).body(), ping=0)
