@@ -66,7 +66,8 @@ class AnswerContext:
     sources: SourceCache
     limits: KeyLimits
     settings: Settings
-    engine: AsyncEngine  # the answer is stored by a Core insert on it, without a session
+    engine: AsyncEngine
+    writer: AsyncEngine  # an answer is stored by one Core insert on it (one_statement_writer)
     sessions: async_sessionmaker[AsyncSession]  # bound to ``engine``
     metrics: Metrics
     pages: PdfPages  # the boxes of PDF spans
@@ -612,7 +613,7 @@ async def _store(
         async with context.sessions() as session:
             await measure_boxes(session, context.pages, wanted)
     # A Core insert: the ORM's unit of work costs more than the rest of storing the answer.
-    async with context.engine.begin() as connection:
+    async with context.writer.begin() as connection:
         await connection.execute(_INSERT_ANSWER, [values])
     count_stored(context.metrics, values)
     return Answer(**values)

@@ -75,6 +75,16 @@ def create_engine(
     return engine
 
 
+def one_statement_writer(engine: AsyncEngine) -> AsyncEngine:
+    """For a write that is one statement (an answer's insert), atomic by itself: on PostgreSQL
+    in autocommit, one round trip where BEGIN, the statement and COMMIT made three. On SQLite
+    the engine itself: switching sqlite3 to autocommit and back would cost two trips to
+    aiosqlite's thread, and the commit is one."""
+    if engine.dialect.name == "postgresql":
+        return engine.execution_options(isolation_level="AUTOCOMMIT")
+    return engine
+
+
 def create_session_factory(engine: AsyncEngine) -> async_sessionmaker[Any]:
     return async_sessionmaker(engine, expire_on_commit=False)
 
