@@ -8,8 +8,9 @@ task group of three tasks behind a lock and cancels them all at its end: per str
 fifth of Citegate's own CPU, and the cancelled tasks left some 300 objects in reference cycles
 holding the response and its relay until a full collection (issue 20's profile). Here the
 events are sent by the request's own task; a second task only waits for ``http.disconnect``,
-and ends by itself once the response is complete. Pings come from a timer, and a send timeout
-from ``_SendWatch``'s timer, so a send costs no cancel scope, no lock and no task switch.
+and ends by itself once the response is complete. Pings come from a timer (a task sends one
+only when a silence is due one), and the send timeout from another, so a send costs no cancel
+scope, no lock and no task switch.
 """
 
 from __future__ import annotations
@@ -25,8 +26,7 @@ from starlette.types import Message, Receive, Scope, Send
 
 log = logging.getLogger(__name__)
 
-PING: Message = {"type": "http.response.body", "body": b": ping\r\n\r\n", "more_body": True}
-END: Message = {"type": "http.response.body", "body": b"", "more_body": False}
+PING = b": ping\r\n\r\n"
 # Not to be stored by any cache, nor held back by a proxy (nginx) until it has more.
 HEADERS = {"Cache-Control": "no-store", "X-Accel-Buffering": "no"}
 
@@ -35,9 +35,10 @@ class EventStream(Response):
     """Server-sent events: ``content`` yields the bytes of whole events.
 
     ``headers`` are added to ``HEADERS``. The stream ends when ``content`` does, or at once
-    when the client disconnects, or when a send has waited ``send_timeout`` seconds for a
-    client that reads nothing; ``background`` runs in every case (it stores what arrived), and
-    ``content`` is closed if it was cut short.
+    when the client disconnects (or a ping finds its connection broken), or when a send has
+    waited ``send_timeout`` seconds (to a quarter more) for a client that reads nothing.
+    ``content`` is then closed if it was cut short, and ``background`` runs in every case (it
+    stores what arrived), closing or not.
     """
 
     media_type = "text/event-stream"
@@ -66,7 +67,7 @@ class EventStream(Response):
         # Hold nothing of the answer once it has been sent: the response may outlive it.
         self.body_iterator = self.background = None
         sender = _Sender(send, self.ping, self.send_timeout)
-        listener = asyncio.ensure_future(receive())
+        listener = asyncio.ensure_future(_disconnected(receive))
         try:
             with sender.cancel_scope:
                 listener.add_done_callback(sender.heard)
@@ -78,7 +79,7 @@ class EventStream(Response):
                         {"type": "http.response.body", "body": chunk, "more_body": True}
                     )
                 sender.ending = True  # from now on the client's http.disconnect is no news
-                await sender.send(END)
+                await sender.send({"type": "http.response.body", "body": b"", "more_body": False})
         except OSError:  # the connection broke under a send
             log.info("a stream's client went away")
         finally:
@@ -87,11 +88,15 @@ class EventStream(Response):
                 log.warning(
                     "a stream's client read nothing for %s s; the stream is ended", sender.timeout
                 )
-            with anyio.CancelScope(shield=True):  # even when the server cancels the request
-                if not sender.ending:  # cut short: the relay is closed now, not when collected
-                    await content.aclose()  # type: ignore[attr-defined]
-                if background is not None:
-                    await background()
+            # Shielded from the stream's own scope; a cancellation of the whole request (the
+            # server's, at the end of a graceful shutdown) that lands meanwhile still cuts it.
+            with anyio.CancelScope(shield=True):
+                try:
+                    if not sender.ending:  # cut short: the relay is closed now, not when collected
+                        await content.aclose()  # type: ignore[attr-defined]
+                finally:
+                    if background is not None:
+                        await background()
 
 
 class _Sender:
@@ -132,14 +137,14 @@ class _Sender:
             self._done += 1
             self._sent_at = self._loop.time()
 
-    def heard(self, listener: asyncio.Future[Message]) -> None:
-        """The client's ``receive`` returned: it has gone, unless the response has ended."""
+    def heard(self, listener: asyncio.Future[None]) -> None:
+        """``http.disconnect``: the client has gone, unless the response has ended."""
         if not listener.cancelled():
             listener.exception()  # retrieved: a receive that broke is a client gone
         if not (self.ending or self._stopped):
             self.cancel_scope.cancel()
 
-    def stop(self, listener: asyncio.Future[Message]) -> None:
+    def stop(self, listener: asyncio.Future[None]) -> None:
         self._stopped = True
         self._ping_timer.cancel()
         if self._watch is not None:
@@ -157,8 +162,17 @@ class _Sender:
             self._ping_timer = self._loop.call_later(self.ping - silent, self._ping_due)
             return
         if self._begun == self._done and self._pinging is None:  # else a send ends the silence
-            self._pinging = self._loop.create_task(self._counted(PING))
+            ping = {"type": "http.response.body", "body": PING, "more_body": True}
+            self._pinging = self._loop.create_task(self._counted(ping))
+            self._pinging.add_done_callback(self._pinged)
         self._ping_timer = self._loop.call_later(self.ping, self._ping_due)
+
+    def _pinged(self, pinging: asyncio.Task[None]) -> None:
+        if pinging is not self._pinging:  # the main task took it over, or the stream ended
+            return
+        self._pinging = None
+        if not pinging.cancelled() and pinging.exception() is not None and not self._stopped:
+            self.cancel_scope.cancel()  # the connection broke under the ping: the stream ends
 
     def _check(self) -> None:
         if self._begun > self._done and self._done == self._done_at_check:
@@ -172,6 +186,11 @@ class _Sender:
             self.cancel_scope.cancel()
         else:
             self._watch = self._loop.call_later(self._interval, self._check)
+
+
+async def _disconnected(receive: Receive) -> None:
+    while (await receive())["type"] != "http.disconnect":
+        pass  # the request's body, were any left unread
 
 
 def _retrieve(task: asyncio.Task[None]) -> None:

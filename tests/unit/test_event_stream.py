@@ -92,21 +92,37 @@ async def test_every_event_is_sent_then_the_end_and_the_background_runs() -> Non
     assert relay.closed and relay.background_runs == 1
 
 
-async def test_a_silence_gets_a_ping_and_events_that_flow_get_none() -> None:
-    relay = Relay(events=3, pause=0.25)
+async def test_each_period_of_a_silence_gets_a_ping_and_events_that_flow_get_none() -> None:
+    relay = Relay(events=2, pause=1.0)  # two silences of ten ping periods each
     sent: list[Message] = []
     await serve(relay.response(ping=0.1), recording(sent))
     sent_bodies = bodies(sent)
-    events = [body for body in sent_bodies if body.startswith(b"data:")]
-    assert len(events) == 3 and sent_bodies[-1] == b""
+    assert [body for body in sent_bodies if body.startswith(b"data:")] == [
+        b"data: 0\r\n\r\n",
+        b"data: 1\r\n\r\n",
+    ]
+    assert sent_bodies[-1] == b""
     pings = [body for body in sent_bodies if body.startswith(b":")]
-    assert pings and all(body == b": ping\r\n\r\n" for body in pings)  # a comment: ignored
-    assert len(pings) <= 3 * 3  # at most one per silence of 0.1 s
+    assert all(body == b": ping\r\n\r\n" for body in pings)  # a comment: ignored by clients
+    assert 2 * 5 <= len(pings) <= 2 * 10  # about one per 0.1 s of silence, never more
 
     quick = Relay(events=50)
     sent = []
     await serve(quick.response(ping=0.1), recording(sent))
     assert not [body for body in bodies(sent) if body.startswith(b":")]
+
+
+async def test_a_ping_that_finds_the_connection_broken_ends_the_stream() -> None:
+    relay = Relay(events=3, pause=3)  # 9 s of silences
+
+    async def send(message: Message) -> None:
+        if message.get("body", b"").startswith(b":"):
+            raise ConnectionResetError("the client's connection was reset")
+
+    started = anyio.current_time()
+    await serve(relay.response(ping=0.1), send)
+    assert anyio.current_time() - started < 2
+    assert relay.closed and relay.background_runs == 1
 
 
 async def test_a_client_that_disconnects_ends_the_stream_at_once() -> None:
@@ -180,6 +196,30 @@ async def test_a_connection_that_breaks_under_a_send_ends_the_stream_quietly() -
 
     await serve(relay.response(), broken_after_two)
     assert relay.closed and relay.background_runs == 1 and relay.sent < 5
+
+
+async def test_the_background_runs_even_when_closing_the_relay_fails() -> None:
+    runs: list[int] = []
+
+    async def body() -> AsyncIterator[bytes]:
+        try:
+            while True:
+                yield b"data: x\r\n\r\n"
+        finally:
+            await asyncio.sleep(0)
+            raise RuntimeError("closing failed")
+
+    async def background() -> None:
+        runs.append(1)
+
+    async def reset(message: Message) -> None:
+        if message["type"] == "http.response.body":
+            raise ConnectionResetError
+
+    response = EventStream(body(), ping=60, background=BackgroundTask(background))
+    with pytest.raises(RuntimeError, match="closing failed"):
+        await serve(response, reset)
+    assert runs == [1]
 
 
 async def test_a_request_the_server_cancels_still_runs_its_background() -> None:
