@@ -8,14 +8,13 @@ from typing import Annotated, Any
 
 import orjson
 from fastapi import APIRouter, Depends, Path, Request, Response
-from sse_starlette import ServerSentEvent
 from starlette.background import BackgroundTask
 
 from app.answers import service
 from app.answers.schemas import STREAM_EVENT_DATA, AnswerOut, AnswerRequest, TokenCount
 from app.answers.streaming import Event
 from app.api.deps import PdfPagesDep, PrincipalDep, SessionDep, TenantDep
-from app.api.event_stream import EventStream
+from app.api.event_stream import EventStream, server_sent
 from app.api.problems import (
     AUTH_PROBLEMS,
     BODY_PROBLEMS,
@@ -116,7 +115,7 @@ async def create_answer(
     if body.stream:
         relayed = await service.open_stream(session, principal, body, context)
         return EventStream(
-            _server_sent(relayed.events()),
+            _written(relayed.events()),
             ping=context.settings.sse_keepalive_seconds,
             send_timeout=context.settings.stream_send_timeout_seconds or None,
             # Stores and frees what a stream that was never read (or cut short) still holds.
@@ -126,14 +125,11 @@ async def create_answer(
     return OrjsonResponse(service.answer_payload(answer))
 
 
-async def _server_sent(batches: AsyncIterator[list[Event]]) -> AsyncIterator[bytes]:
+async def _written(batches: AsyncIterator[list[Event]]) -> AsyncIterator[bytes]:
     # aclosing: when this generator is closed, the relay is closed now, not at GC time.
     async with aclosing(batches):  # type: ignore[type-var]
         async for events in batches:  # one write for each read of the upstream
-            yield b"".join(
-                ServerSentEvent(data=orjson.dumps(data).decode(), event=name).encode()
-                for name, data in events
-            )
+            yield server_sent((name, orjson.dumps(data).decode()) for name, data in events)
 
 
 @router.post(

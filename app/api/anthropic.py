@@ -16,7 +16,6 @@ from fastapi import APIRouter, File, Path, Query, Request, Response, UploadFile
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import StreamingResponse
 from pydantic import ValidationError
-from sse_starlette import ServerSentEvent
 from starlette.background import BackgroundTask
 
 from app.answers import service as answers
@@ -25,7 +24,7 @@ from app.api.answers import ContextDep
 from app.api.batches import PollerDep
 from app.api.deps import AnthropicPrincipalDep, SessionDep, SettingsDep, SourceCacheDep
 from app.api.documents import content_response, store_uploaded_file
-from app.api.event_stream import EventStream
+from app.api.event_stream import EventStream, server_sent
 from app.batches import service as batches
 from app.compat import service
 from app.compat.batches import MessageBatchBody, message_batch, open_results, prepare_questions
@@ -95,12 +94,9 @@ async def _relayed(relayed: RelayedAnswer) -> AsyncIterator[bytes]:
     # aclosing: when this generator is closed, the relay is closed now, not at GC time.
     async with aclosing(relayed.frames()) as batches:
         async for batch in batches:  # one write for each read of the upstream
-            yield b"".join(
-                ServerSentEvent(data=relayed_data(frame, made), event=frame.name).encode()
-                for frame, made in batch
-            )
+            yield server_sent((frame.name, relayed_data(frame, made)) for frame, made in batch)
     if relayed.failure is not None:
-        yield ServerSentEvent(data=error_event_data(relayed.failure), event="error").encode()
+        yield server_sent([("error", error_event_data(relayed.failure))])
 
 
 @router.post("/messages/count_tokens", operation_id="anthropicCountMessageTokens")

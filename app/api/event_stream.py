@@ -2,7 +2,7 @@
 them, a keep-alive comment after each silence of ``ping`` seconds, and an end as soon as the
 client has gone or has stopped reading.
 
-The events are framed by sse-starlette's ``ServerSentEvent`` (app/api/answers.py); the response
+The events are framed by sse-starlette's ``ServerSentEvent`` (``server_sent``); the response
 is this one rather than sse-starlette's ``EventSourceResponse``, which runs each stream in a
 task group of three tasks behind a lock and cancels them all at its end: per stream that was a
 fifth of Citegate's own CPU, and the cancelled tasks left some 300 objects in reference cycles
@@ -17,9 +17,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Iterable, Mapping
 
 import anyio
+from sse_starlette import ServerSentEvent
 from starlette.background import BackgroundTask
 from starlette.responses import Response
 from starlette.types import Message, Receive, Scope, Send
@@ -29,6 +30,11 @@ log = logging.getLogger(__name__)
 PING = b": ping\r\n\r\n"
 # Not to be stored by any cache, nor held back by a proxy (nginx) until it has more.
 HEADERS = {"Cache-Control": "no-store", "X-Accel-Buffering": "no"}
+
+
+def server_sent(events: Iterable[tuple[str, str]]) -> bytes:
+    """The bytes of these events, each a name and its data, as one write."""
+    return b"".join(ServerSentEvent(data=data, event=name).encode() for name, data in events)
 
 
 class EventStream(Response):
@@ -150,8 +156,7 @@ class _Sender:
         if self._watch is not None:
             self._watch.cancel()
         if self._pinging is not None:
-            self._pinging.cancel()
-            self._pinging.add_done_callback(_retrieve)
+            self._pinging.cancel()  # ``_pinged`` retrieves its end
         # Once the response is complete the server's receive returns at the next turn of the
         # loop; one that never returns is cancelled then.
         self._loop.call_soon(listener.cancel)
@@ -191,8 +196,3 @@ class _Sender:
 async def _disconnected(receive: Receive) -> None:
     while (await receive())["type"] != "http.disconnect":
         pass  # the request's body, were any left unread
-
-
-def _retrieve(task: asyncio.Task[None]) -> None:
-    if not task.cancelled():
-        task.exception()  # a ping whose send failed: the stream has ended anyway

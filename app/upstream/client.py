@@ -17,7 +17,6 @@ from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from functools import partial
-from http.cookiejar import CookieJar
 from typing import Any
 
 import aiohttp
@@ -145,26 +144,21 @@ def _aiohttp_session(settings: Settings) -> aiohttp.ClientSession:
     return aiohttp.ClientSession(connector=connector, cookie_jar=aiohttp.DummyCookieJar())
 
 
-class _NoCookies(CookieJar):
-    """A jar that keeps no cookie: the one client serves every tenant, so a cookie set on one
-    answer must never go out with another's request (and no response is read for them)."""
+class _NoCookies(httpx.Cookies):
+    """Cookies that are never taken from a response: the one client serves every tenant, so a
+    cookie set on one answer must never go out with another's request. (Not even offered the
+    response: httpx wraps it and its request in urllib's types for the jar, for each answer.)"""
 
-    def extract_cookies(self, response: Any, request: Any) -> None:
+    def extract_cookies(self, response: httpx.Response) -> None:
         pass
 
 
-class _Cookies(httpx.Cookies):
-    def extract_cookies(self, response: httpx.Response) -> None:
-        pass  # httpx would wrap each response and its request in urllib's types for the jar
-
-
 class _Client(httpx.AsyncClient):
-    """httpx's client with cookies that are always none (``_NoCookies``), and that are not
-    even offered each response: that cost two urllib objects and a parse of the URL an answer."""
+    """httpx's client, whose cookies are ``_NoCookies``: always none."""
 
     def __init__(self, **options: Any) -> None:
         super().__init__(**options)
-        self._none = _Cookies(_NoCookies())
+        self._none = _NoCookies()
 
     @property
     def cookies(self) -> httpx.Cookies:
