@@ -6,6 +6,7 @@ from __future__ import annotations
 import gc
 import json
 import time
+import weakref
 from collections.abc import Iterator
 from typing import Any
 
@@ -171,7 +172,7 @@ def test_an_ended_stream_keeps_nothing_of_its_answer(api: httpx.Client, fake: Fa
     gc.collect()  # what earlier tests left
     gc.disable()
     try:
-        earlier = set(map(id, streams_and_relays()))  # an earlier test's stream may still run
+        earlier = weakref.WeakSet(o for o in gc.get_objects() if isinstance(o, Answering))
         for _ in range(3):
             fake.reset(Reply(events=[raw]))
             assert stream(api, {"question": "News?", "document_ids": [document_id]})[-1][0] == (
@@ -179,17 +180,24 @@ def test_an_ended_stream_keeps_nothing_of_its_answer(api: httpx.Client, fake: Fa
             )
         # The client has read the end; the server may still be storing the last one.
         deadline = time.monotonic() + 5
-        while (left := [o for o in streams_and_relays() if id(o) not in earlier]) and (
-            time.monotonic() < deadline
-        ):
+        while (left := streams_and_relays_besides(earlier)) and time.monotonic() < deadline:
             time.sleep(0.05)
         assert left == []
     finally:
         gc.enable()
 
 
-def streams_and_relays() -> list[object]:
-    return [o for o in gc.get_objects() if isinstance(o, EventStream | RelayedAnswer)]
+Answering = EventStream | RelayedAnswer
+
+
+def streams_and_relays_besides(earlier: weakref.WeakSet[Answering]) -> list[str]:
+    """The names of the streams and relays alive but for those in ``earlier``: only names, as
+    a list of the objects would keep each alive for the next look."""
+    return [
+        type(o).__name__
+        for o in gc.get_objects()
+        if isinstance(o, Answering) and o not in earlier
+    ]
 
 
 def upload(api: httpx.Client) -> str:
