@@ -84,9 +84,12 @@ def running(
     fake_script: str | None,
     *fake_args: str,
     serve_args: tuple[str, ...] = (),
+    root: Path = ROOT,
 ) -> Iterator[Stack]:
     """`citegate serve *SERVE_ARGS` on a new database (SQLite unless given), behind a fake
-    upstream started as ``python FAKE_SCRIPT --serve-fake PORT *FAKE_ARGS`` when one is named."""
+    upstream started as ``python FAKE_SCRIPT --serve-fake PORT *FAKE_ARGS`` when one is named;
+    the code of the checkout at ``root`` (another revision's worktree, say), with this
+    environment's dependencies."""
     workdir = Path(tempfile.mkdtemp(prefix="citegate-bench-"))
     key = "cg_" + secrets.token_urlsafe(32)
     env = dict(
@@ -96,8 +99,8 @@ def running(
         CITEGATE_LOG_LEVEL="WARNING",
         CITEGATE_RATE_LIMIT_PER_MINUTE="0",
         CITEGATE_DATABASE_URL=database_url or f"sqlite+aiosqlite:///{workdir}/bench.db",
-        # The code of this checkout, even when the environment's install points at another.
-        PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+        # The code of that checkout, even when the environment's install points at another.
+        PYTHONPATH=os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")])),
     )
     processes = []
     fake = None

@@ -28,26 +28,34 @@ what remains is the server's own cost, CPU per request being the figure least mo
 
     .venv/bin/python bench/overhead.py [--requests 2000] [--repetitions 3] [--concurrency 1 32]
         [--mode json|stream|both] [--database-url URL] [--workers N] [--soak 20000]
+        [--against REV]
+
+A change is measured with ``--against REV`` (its parent, say): Citegate at that revision runs
+beside this checkout's, each on its own database, and every repetition asks both, so the two
+meet the same machine at the same moments. Measured a session apart, the same code has moved
+by 10-15 %, more than most changes are worth.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import httpx
-from harness import Stack, free_port, running, wait_up
+from harness import ROOT, Stack, free_port, running, wait_up
 
 WORDS = (
     "the of and to in is was for on that with as by at from it an be this which are or have "
@@ -286,21 +294,37 @@ def store_documents(stack: Stack) -> list[str]:
     return ids
 
 
-def targets(
+def written(workdir: Path, name: str, stream: bool, body: dict[str, Any]) -> Path:
+    path = workdir / f"{name}-{'stream' if stream else 'json'}.json"
+    path.write_text(json.dumps(body))
+    return path
+
+
+def baselines(
     stack: Stack, forwarder: str, forwarder_pid: int, workdir: Path, stream: bool
-) -> tuple[Target, Target, Target, Target]:
-    ids = store_documents(stack)
-
-    def write(name: str, body: dict[str, Any]) -> Path:
-        path = workdir / f"{name}-{'stream' if stream else 'json'}.json"
-        path.write_text(json.dumps(body))
-        return path
-
-    direct = write("direct", messages_request(stream))
+) -> tuple[Target, Target]:
+    """The fake alone and the forwarder, each sent the Messages request Citegate builds."""
+    direct = written(workdir, "direct", stream, messages_request(stream))
     assert stack.fake is not None and stack.fake_pid is not None
-    ask = write("ask", {"question": QUESTION, "document_ids": ids, "stream": stream})
+    return (
+        Target("fake alone", f"{stack.fake}/v1/messages", direct, {}, (stack.fake_pid,)),
+        Target("forwarder", f"{forwarder}/v1/messages", direct, {}, (forwarder_pid,)),
+    )
+
+
+def citegate_targets(
+    stack: Stack, workdir: Path, stream: bool, label: str = ""
+) -> tuple[Target, Target]:
+    """Citegate's two routes for the same question, on documents stored in it just now."""
+    ids = store_documents(stack)
+    ask = written(
+        workdir,
+        f"ask{label}",
+        stream,
+        {"question": QUESTION, "document_ids": ids, "stream": stream},
+    )
     # The same question through the Anthropic-compatible route: the documents named as files,
-    # which Citegate turns into the `direct` request above (cache_control added).
+    # which Citegate turns into the forwarder's request (`baselines`, cache_control added).
     files = [
         {
             "type": "document",
@@ -310,8 +334,10 @@ def targets(
         }
         for index, document_id in enumerate(ids)
     ]
-    compatible = write(
-        "compatible",
+    compatible = written(
+        workdir,
+        f"compatible{label}",
+        stream,
         {
             "model": "claude-sonnet-5",
             "max_tokens": 1024,
@@ -319,22 +345,20 @@ def targets(
             "messages": [{"role": "user", "content": [*files, {"type": "text", "text": QUESTION}]}],
         },
     )
-    citegate = stack.citegate
+    citegate, pids = stack.citegate, (stack.pid,)
     return (
-        Target("fake alone", f"{stack.fake}/v1/messages", direct, {}, (stack.fake_pid,)),
-        Target("forwarder", f"{forwarder}/v1/messages", direct, {}, (forwarder_pid,)),
-        Target("Citegate", f"{citegate}/v1/answers", ask, stack.headers, (stack.pid,)),
+        Target(f"Citegate{label}", f"{citegate}/v1/answers", ask, stack.headers, pids),
         Target(
-            "compatible",
+            f"compatible{label}",
             f"{citegate}/anthropic/v1/messages",
             compatible,
             stack.headers,
-            (stack.pid,),
+            pids,
         ),
     )
 
 
-def report(name: str, runs: list[Run], base: list[Run], database: bool) -> str:
+def report(name: str, runs: list[Run], base: list[Run], database: bool, width: int = 11) -> str:
     def median(values: Iterator[float]) -> float:
         return statistics.median(values)
 
@@ -348,7 +372,7 @@ def report(name: str, runs: list[Run], base: list[Run], database: bool) -> str:
     )
     cpu = median(r.cpu_ms for r in runs)
     line = (
-        f"  {name:<11} CPU {cpu:5.2f} ms/request"
+        f"  {name:<{width}} CPU {cpu:5.2f} ms/request"
         + (f" (+ PostgreSQL {median(r.database_cpu_ms for r in runs):.2f})" if database else "")
         + f", added p50 {p50 * 1000:5.2f} ms, p95 {p95 * 1000:5.2f} ms,"
         f" {median(r.rps for r in runs):6.0f} req/s"
@@ -356,15 +380,25 @@ def report(name: str, runs: list[Run], base: list[Run], database: bool) -> str:
     return line
 
 
-def measure(args: argparse.Namespace, stack: Stack, forwarder: str, forwarder_pid: int) -> None:
+def measure(
+    args: argparse.Namespace,
+    stack: Stack,
+    forwarder: str,
+    forwarder_pid: int,
+    against: tuple[Stack, str] | None = None,
+) -> None:
+    """``against``: a second Citegate (another revision's) and its label, measured in the same
+    interleaved repetitions, so that a change's before and after meet the same machine."""
     database = stack.database.startswith("postgresql")
     with tempfile.TemporaryDirectory() as tmp:
         workdir = Path(tmp)
         for stream in {"json": (False,), "stream": (True,), "both": (False, True)}[args.mode]:
-            fake, bare, citegate, compatible = all_targets = targets(
-                stack, forwarder, forwarder_pid, workdir, stream
-            )
-            ours = (citegate, compatible)
+            fake, bare = baselines(stack, forwarder, forwarder_pid, workdir, stream)
+            ours: tuple[Target, ...] = citegate_targets(stack, workdir, stream)
+            if against is not None:
+                ours += citegate_targets(against[0], workdir, stream, f"@{against[1]}")
+            all_targets = (fake, bare, *ours)
+            width = max(len(t.name) for t in all_targets)
             for target in all_targets:  # warm up
                 hey(target, 200, 8, False)
             for concurrency in args.concurrency:
@@ -384,12 +418,17 @@ def measure(args: argparse.Namespace, stack: Stack, forwarder: str, forwarder_pi
                             runs[target.name],
                             runs[fake.name],
                             target in ours and database,
+                            width,
                         )
                     )
-                bare_cpu = statistics.median(r.cpu_ms for r in runs[bare.name])
+
+                def cpu(target: Target, runs: dict[str, list[Run]] = runs) -> float:
+                    return statistics.median(r.cpu_ms for r in runs[target.name])
+
                 for target in ours:
-                    ratio = statistics.median(r.cpu_ms for r in runs[target.name]) / bare_cpu
-                    print(f"  {target.name} / forwarder CPU: {ratio:.2f}x")
+                    print(f"  {target.name} / forwarder CPU: {cpu(target) / cpu(bare):.2f}x")
+                for now, then in zip(ours[:2], ours[2:], strict=False):
+                    print(f"  {now.name} / {then.name} CPU: {cpu(now) / cpu(then):.2f}x")
     print(
         f"peak RSS: Citegate {peak_rss_mib((stack.pid,)):.0f} MiB "
         f"(now {rss_mib((stack.pid,)):.0f}), forwarder {peak_rss_mib((forwarder_pid,)):.0f} MiB"
@@ -441,20 +480,79 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=1)
     parser.add_argument("--mode", choices=("json", "stream", "both"), default="both")
     parser.add_argument("--soak", type=int, help="instead: this many answers, RSS as they go")
+    parser.add_argument(
+        "--against",
+        metavar="REV",
+        help="also Citegate at this git revision (a worktree; on PostgreSQL its own database, "
+        "the URL's name + _against), in the same repetitions: a change's before and after",
+    )
     parser.add_argument("--serve-fake", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve_fake:
         serve_fake(args.serve_fake)
         return
     serve_args = ("--workers", str(args.workers)) if args.workers > 1 else ()
-    with running(args.database_url, __file__, serve_args=serve_args) as stack:
+    with ExitStack() as started:
+        stack = started.enter_context(running(args.database_url, __file__, serve_args=serve_args))
         assert stack.fake is not None
         print(f"database: {stack.database}; {args.workers} worker(s)")
         if args.soak:
             soak(stack, args.soak)
             return
-        with forwarding(stack.fake) as (forwarder, forwarder_pid):
-            measure(args, stack, forwarder, forwarder_pid)
+        against = None
+        if args.against:
+            root, label = started.enter_context(worktree(args.against))
+            url = args.database_url and database_beside(args.database_url, "_against")
+            against = (
+                started.enter_context(running(url, __file__, serve_args=serve_args, root=root)),
+                label,
+            )
+            print(f"against: {args.against} ({label}), in a worktree at {root}")
+        forwarder, forwarder_pid = started.enter_context(forwarding(stack.fake))
+        measure(args, stack, forwarder, forwarder_pid, against)
+
+
+@contextmanager
+def worktree(revision: str) -> Iterator[tuple[Path, str]]:
+    """A checkout of ``revision`` beside this one (``git worktree``) and its short hash."""
+    git = ["git", "-C", str(ROOT)]
+    short = subprocess.run(
+        [*git, "rev-parse", "--short", revision], check=True, capture_output=True, text=True
+    ).stdout.strip()
+    path = Path(tempfile.mkdtemp(prefix="citegate-against-")) / short
+    subprocess.run(
+        [*git, "worktree", "add", "--detach", "--quiet", str(path), revision], check=True
+    )
+    try:
+        yield path, short
+    finally:
+        subprocess.run([*git, "worktree", "remove", "--force", str(path)], check=True)
+        shutil.rmtree(path.parent, ignore_errors=True)
+
+
+def database_beside(url: str, suffix: str) -> str:
+    """A new, empty PostgreSQL database named as ``url``'s plus ``suffix`` (dropped first if
+    there), on the same server; its URL. (A SQLite stack makes a new file of its own.)"""
+    from sqlalchemy import text
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.ext.asyncio import create_async_engine
+
+    given = make_url(url)
+    if not given.drivername.startswith("postgresql"):
+        raise SystemExit("--database-url: --against takes a PostgreSQL URL (or none: SQLite)")
+    name = f"{given.database}{suffix}"
+
+    async def recreate() -> None:
+        server = create_async_engine(given.set(database="postgres"), isolation_level="AUTOCOMMIT")
+        try:
+            async with server.connect() as connection:
+                await connection.execute(text(f'DROP DATABASE IF EXISTS "{name}"'))
+                await connection.execute(text(f'CREATE DATABASE "{name}"'))
+        finally:
+            await server.dispose()
+
+    asyncio.run(recreate())
+    return given.set(database=name).render_as_string(hide_password=False)
 
 
 if __name__ == "__main__":
