@@ -194,9 +194,7 @@ def streams_and_relays_besides(earlier: weakref.WeakSet[Answering]) -> list[str]
     """The names of the streams and relays alive but for those in ``earlier``: only names, as
     a list of the objects would keep each alive for the next look."""
     return [
-        type(o).__name__
-        for o in gc.get_objects()
-        if isinstance(o, Answering) and o not in earlier
+        type(o).__name__ for o in gc.get_objects() if isinstance(o, Answering) and o not in earlier
     ]
 
 
