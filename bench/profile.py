@@ -91,9 +91,12 @@ def main() -> None:
     ):
         assert stack.fake is not None
         with forwarding(stack.fake) as (forwarder, forwarder_pid):
-            target = overhead.targets(stack, forwarder, forwarder_pid, Path(tmp), args.stream)[
-                TARGETS[args.target]
-            ]
+            workdir = Path(tmp)
+            every = (
+                *overhead.baselines(stack, forwarder, forwarder_pid, workdir, args.stream),
+                *overhead.citegate_targets(stack, workdir, args.stream),
+            )
+            target = every[TARGETS[args.target]]
             overhead.hey(target, 300, 8, False)  # warm up
             samplers = [
                 spy(target.pids[0], args.rate, RESULTS / f"{name}.svg", "flamegraph"),
