@@ -56,6 +56,9 @@ from typing import Any
 
 import httpx
 from harness import ROOT, Stack, free_port, running, wait_up
+from sqlalchemy import text as sql
+from sqlalchemy.engine import make_url
+from sqlalchemy.ext.asyncio import create_async_engine
 
 WORDS = (
     "the of and to in is was for on that with as by at from it an be this which are or have "
@@ -358,6 +361,10 @@ def citegate_targets(
     )
 
 
+def median_cpu(runs: list[Run]) -> float:
+    return statistics.median(r.cpu_ms for r in runs)
+
+
 def report(name: str, runs: list[Run], base: list[Run], database: bool, width: int = 11) -> str:
     def median(values: Iterator[float]) -> float:
         return statistics.median(values)
@@ -370,7 +377,7 @@ def report(name: str, runs: list[Run], base: list[Run], database: bool, width: i
         percentile(r.latencies, 95) - percentile(b.latencies, 95)
         for r, b in zip(runs, base, strict=True)
     )
-    cpu = median(r.cpu_ms for r in runs)
+    cpu = median_cpu(runs)
     line = (
         f"  {name:<{width}} CPU {cpu:5.2f} ms/request"
         + (f" (+ PostgreSQL {median(r.database_cpu_ms for r in runs):.2f})" if database else "")
@@ -421,14 +428,14 @@ def measure(
                             width,
                         )
                     )
-
-                def cpu(target: Target, runs: dict[str, list[Run]] = runs) -> float:
-                    return statistics.median(r.cpu_ms for r in runs[target.name])
-
+                cpu = {name: median_cpu(target_runs) for name, target_runs in runs.items()}
                 for target in ours:
-                    print(f"  {target.name} / forwarder CPU: {cpu(target) / cpu(bare):.2f}x")
+                    print(
+                        f"  {target.name} / forwarder CPU: {cpu[target.name] / cpu[bare.name]:.2f}x"
+                    )
+                # This checkout's two routes, then the other revision's, in the same order.
                 for now, then in zip(ours[:2], ours[2:], strict=False):
-                    print(f"  {now.name} / {then.name} CPU: {cpu(now) / cpu(then):.2f}x")
+                    print(f"  {now.name} / {then.name} CPU: {cpu[now.name] / cpu[then.name]:.2f}x")
     print(
         f"peak RSS: Citegate {peak_rss_mib((stack.pid,)):.0f} MiB "
         f"(now {rss_mib((stack.pid,)):.0f}), forwarder {peak_rss_mib((forwarder_pid,)):.0f} MiB"
@@ -533,10 +540,6 @@ def worktree(revision: str) -> Iterator[tuple[Path, str]]:
 def database_beside(url: str, suffix: str) -> str:
     """A new, empty PostgreSQL database named as ``url``'s plus ``suffix`` (dropped first if
     there), on the same server; its URL. (A SQLite stack makes a new file of its own.)"""
-    from sqlalchemy import text
-    from sqlalchemy.engine import make_url
-    from sqlalchemy.ext.asyncio import create_async_engine
-
     given = make_url(url)
     if not given.drivername.startswith("postgresql"):
         raise SystemExit("--database-url: --against takes a PostgreSQL URL (or none: SQLite)")
@@ -546,8 +549,8 @@ def database_beside(url: str, suffix: str) -> str:
         server = create_async_engine(given.set(database="postgres"), isolation_level="AUTOCOMMIT")
         try:
             async with server.connect() as connection:
-                await connection.execute(text(f'DROP DATABASE IF EXISTS "{name}"'))
-                await connection.execute(text(f'CREATE DATABASE "{name}"'))
+                await connection.execute(sql(f'DROP DATABASE IF EXISTS "{name}"'))
+                await connection.execute(sql(f'CREATE DATABASE "{name}"'))
         finally:
             await server.dispose()
 

@@ -86,8 +86,8 @@ class AnswerStream:
             return []
         segment = self._segments[index] = len(self._segments)
         initial = list(block.get("citations") or [])
-        text = block["text"] = str(block.get("text") or "")
-        self._texts[index] = [text]
+        text = str(block.get("text") or "")
+        self._texts[index] = [text]  # the block's text, set from these by ``content``
         block["citations"] = []
         events: list[Event] = [("segment.started", {"segment_index": segment})]
         for citation in initial:

@@ -163,6 +163,9 @@ def test_an_ended_stream_keeps_no_copy_of_its_upstream_request(
         gc.enable()
 
 
+Answering = EventStream | RelayedAnswer
+
+
 def test_an_ended_stream_keeps_nothing_of_its_answer(api: httpx.Client, fake: FakeUpstream) -> None:
     # Neither the response nor its relay (the prepared request, its indexes, the upstream
     # response) may wait in reference cycles for a full collection, which is rare
@@ -185,9 +188,6 @@ def test_an_ended_stream_keeps_nothing_of_its_answer(api: httpx.Client, fake: Fa
         assert left == []
     finally:
         gc.enable()
-
-
-Answering = EventStream | RelayedAnswer
 
 
 def streams_and_relays_besides(earlier: weakref.WeakSet[Answering]) -> list[str]:
