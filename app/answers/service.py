@@ -31,6 +31,7 @@ from app.auth.keys import Principal
 from app.auth.limits import KeyLimits
 from app.collections.service import collection_document_ids
 from app.conversations import service as conversations
+from app.db.engine import write_one
 from app.db.models import Answer, Conversation, utcnow
 from app.db.tenancy import get_owned
 from app.documents.index import DocumentIndex
@@ -613,8 +614,7 @@ async def _store(
         async with context.sessions() as session:
             await measure_boxes(session, context.pages, wanted)
     # A Core insert: the ORM's unit of work costs more than the rest of storing the answer.
-    async with context.writer.begin() as connection:
-        await connection.execute(_INSERT_ANSWER, [values])
+    await write_one(context.writer, _INSERT_ANSWER, values)
     count_stored(context.metrics, values)
     return Answer(**values)
 

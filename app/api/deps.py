@@ -26,8 +26,15 @@ _bearer = HTTPBearer(
 
 
 async def _session(request: Request) -> AsyncIterator[AsyncSession]:
-    async with request.app.state.sessions() as session:
+    session: AsyncSession = request.app.state.sessions()
+    try:
         yield session
+    finally:
+        # A session holds a connection only inside a transaction. One that never began one (an
+        # answer whose key and documents were cached) has nothing to give back, and closing
+        # it anyway costs a task and a greenlet of SQLAlchemy's async layer, every request.
+        if session.in_transaction():
+            await session.close()
 
 
 # Dependencies are coroutines even when they do not await: FastAPI runs a plain function in a

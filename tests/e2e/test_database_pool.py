@@ -46,3 +46,34 @@ def test_many_answers_at_once_share_a_pool_of_two(
         citations = [c for s in response.json()["segments"] for c in s["citations"]]
         assert citations and all(c["verified"] for c in citations)
     assert before + len(opened) <= 2 and after <= 2
+
+
+def test_every_request_gives_its_connection_back(settings: Settings) -> None:
+    """Whether its session ran queries, failed, or was never used (an answer whose key and
+    documents were cached), each request's connection is back in the pool when it is done."""
+    app = create_app(settings)
+
+    async def requests(base_url: str) -> list[tuple[int, int]]:
+        pool = app.state.engine.sync_engine.pool
+        seen = []
+        async with httpx.AsyncClient(base_url=base_url, timeout=60) as http:
+            stored = await http.post(
+                "/v1/documents",
+                json={"source": {"type": "text", "data": "Pools hold connections. Few leak."}},
+            )
+            seen.append((stored.status_code, pool.checkedout()))
+            ask = {"question": "What do pools hold?", "document_ids": [stored.json()["id"]]}
+            for _ in range(3):  # the first loads the documents; the others find them cached
+                answer = await http.post("/v1/answers", json=ask)
+                seen.append((answer.status_code, pool.checkedout()))
+            fetched = await http.get(f"/v1/answers/{answer.json()['id']}")
+            seen.append((fetched.status_code, pool.checkedout()))
+            missing = await http.get("/v1/documents/doc_missing")
+            seen.append((missing.status_code, pool.checkedout()))
+            listed = await http.get("/v1/documents")
+            seen.append((listed.status_code, pool.checkedout()))
+        return seen
+
+    with Served(app) as served:
+        seen = asyncio.run(requests(served.base_url))
+    assert seen == [(201, 0), (200, 0), (200, 0), (200, 0), (200, 0), (404, 0), (200, 0)]
