@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import resource
 import secrets
@@ -19,6 +20,9 @@ from pathlib import Path
 
 import httpx
 from httpx_aiohttp import AiohttpTransport
+from sqlalchemy import text as sql
+from sqlalchemy.engine import make_url
+from sqlalchemy.ext.asyncio import create_async_engine
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -78,6 +82,29 @@ class Stack:
     headers: dict[str, str]  # Citegate's API key, as every request carries it
 
 
+def make_database(url: str, *, fresh: bool) -> None:
+    """Make the PostgreSQL database ``url`` names on its server: dropped and made again when
+    ``fresh``, else made only when it does not exist (a benchmark's first run on a machine)."""
+    given = make_url(url)
+    name = given.database
+
+    async def make() -> None:
+        server = create_async_engine(given.set(database="postgres"), isolation_level="AUTOCOMMIT")
+        try:
+            async with server.connect() as connection:
+                if fresh:
+                    await connection.execute(sql(f'DROP DATABASE IF EXISTS "{name}"'))
+                exists = await connection.scalar(
+                    sql("SELECT 1 FROM pg_database WHERE datname = :name"), {"name": name}
+                )
+                if not exists:
+                    await connection.execute(sql(f'CREATE DATABASE "{name}"'))
+        finally:
+            await server.dispose()
+
+    asyncio.run(make())
+
+
 @contextmanager
 def running(
     database_url: str | None,
@@ -90,6 +117,8 @@ def running(
     upstream started as ``python FAKE_SCRIPT --serve-fake PORT *FAKE_ARGS`` when one is named;
     the code of the checkout at ``root`` (another revision's worktree, say), with this
     environment's dependencies."""
+    if database_url is not None and database_url.startswith("postgresql"):
+        make_database(database_url, fresh=False)
     workdir = Path(tempfile.mkdtemp(prefix="citegate-bench-"))
     key = "cg_" + secrets.token_urlsafe(32)
     env = dict(

@@ -39,7 +39,6 @@ by 10-15 %, more than most changes are worth.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import os
 import shutil
@@ -55,10 +54,8 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from harness import ROOT, Stack, free_port, running, wait_up
-from sqlalchemy import text as sql
+from harness import ROOT, Stack, free_port, make_database, running, wait_up
 from sqlalchemy.engine import make_url
-from sqlalchemy.ext.asyncio import create_async_engine
 
 WORDS = (
     "the of and to in is was for on that with as by at from it an be this which are or have "
@@ -543,19 +540,9 @@ def database_beside(url: str, suffix: str) -> str:
     given = make_url(url)
     if not given.drivername.startswith("postgresql"):
         raise SystemExit("--database-url: --against takes a PostgreSQL URL (or none: SQLite)")
-    name = f"{given.database}{suffix}"
-
-    async def recreate() -> None:
-        server = create_async_engine(given.set(database="postgres"), isolation_level="AUTOCOMMIT")
-        try:
-            async with server.connect() as connection:
-                await connection.execute(sql(f'DROP DATABASE IF EXISTS "{name}"'))
-                await connection.execute(sql(f'CREATE DATABASE "{name}"'))
-        finally:
-            await server.dispose()
-
-    asyncio.run(recreate())
-    return given.set(database=name).render_as_string(hide_password=False)
+    beside = given.set(database=f"{given.database}{suffix}").render_as_string(hide_password=False)
+    make_database(beside, fresh=True)
+    return beside
 
 
 if __name__ == "__main__":
