@@ -39,7 +39,7 @@ from app.local_engine import LocalEngine, create_local_engine_app
 from app.local_engine.batches import LocalBatches
 from app.observability import Metrics, RequestObserver, metrics_endpoint
 from app.settings import Settings
-from app.upstream.client import UpstreamClient, create_http_client
+from app.upstream.client import UpstreamClient, create_transport
 
 log = logging.getLogger(__name__)
 
@@ -65,16 +65,15 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.state.engine = engine
         app.state.sessions = create_session_factory(engine)
         await _check_auth(app, settings)
-        transport = None
-        local_batches = None
+        local = local_batches = None
         if settings.upstream_name == "local":
             log.warning("no ANTHROPIC_API_KEY: questions are answered by the local engine")
-            local = LocalEngine()
-            local_batches = LocalBatches(local, lifetime=settings.local_batch_lifetime_seconds)
-            transport = httpx.ASGITransport(app=create_local_engine_app(local, local_batches))
-        http = create_http_client(settings, transport)
+            answerer = LocalEngine()
+            local_batches = LocalBatches(answerer, lifetime=settings.local_batch_lifetime_seconds)
+            local = httpx.ASGITransport(app=create_local_engine_app(answerer, local_batches))
+        transport = create_transport(settings, local)
         app.state.answer_context = AnswerContext(
-            upstream=UpstreamClient(http, settings, metrics),
+            upstream=UpstreamClient(transport, settings, metrics),
             sources=app.state.source_cache,
             limits=app.state.key_limits,
             settings=settings,
@@ -102,7 +101,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                     await poller  # a chunk of results being stored is rolled back, whole
             if local_batches is not None:
                 await local_batches.aclose()
-            await http.aclose()
+            await transport.aclose()
             app.state.key_limits.close()
             await engine.dispose()
 

@@ -1,9 +1,11 @@
-"""What one upstream request costs the process that sends it, by HTTP client: Citegate's (httpx
-over aiohttp, as ``create_http_client`` makes it), httpx over its own httpcore (the bare
-forwarder's, bench/forwarder.py) and aiohttp alone. Each POSTs bench/overhead.py's Messages
-request (three 100 KB documents, 300 KB of JSON) to its instant fake, in its own process, and
-reads the whole answer, on uvloop as Citegate runs; the figure is this process's CPU (user +
-system) per request, sent one at a time. Asserts nothing.
+"""What one upstream request costs the process that sends it, by HTTP client: Citegate's
+``UpstreamClient`` (httpx's transport API over aiohttp, as ``create_transport`` makes it; its
+figure includes encoding the request's JSON and parsing the answer into a ``Message``), an
+``httpx.AsyncClient`` over the same transport (how Citegate sent before), httpx over its own
+httpcore (the bare forwarder's, bench/forwarder.py) and aiohttp alone. Each POSTs
+bench/overhead.py's Messages request (three 100 KB documents, 300 KB of JSON) to its instant
+fake, in its own process, and reads the whole answer, on uvloop as Citegate runs; the figure
+is this process's CPU (user + system) per request, sent one at a time. Asserts nothing.
 
     .venv/bin/python bench/clients.py [--requests 1500] [--repetitions 3]
 """
@@ -25,8 +27,9 @@ import uvloop
 from harness import free_port, wait_up
 from overhead import messages_request
 
+from app.observability import Metrics
 from app.settings import Settings
-from app.upstream.client import create_http_client
+from app.upstream.client import UpstreamClient, create_transport
 
 Send = Callable[[], Awaitable[None]]
 
@@ -41,11 +44,13 @@ async def cpu_per_request(send: Send, requests: int) -> float:
 
 
 async def measure(base_url: str, requests: int, repetitions: int) -> None:
-    body = orjson.dumps(messages_request(False))
+    request = messages_request(False)
+    body = orjson.dumps(request)
     headers = {"content-type": "application/json"}
-    citegate = create_http_client(
-        Settings(anthropic_base_url=base_url, anthropic_api_key="bench-key"), None
-    )
+    settings = Settings(anthropic_base_url=base_url, anthropic_api_key="bench-key")
+    transport = create_transport(settings)
+    upstream = UpstreamClient(transport, settings, Metrics())
+    citegate = httpx.AsyncClient(base_url=base_url, transport=create_transport(settings))
     forwarder = httpx.AsyncClient(base_url=base_url, timeout=60)
     session = aiohttp.ClientSession(base_url=base_url)
 
@@ -57,8 +62,12 @@ async def measure(base_url: str, requests: int, repetitions: int) -> None:
         async with session.post("/v1/messages", data=body, headers=headers) as response:
             await response.read()
 
+    async def through_upstream() -> None:
+        await upstream.create_message(request)
+
     clients: dict[str, Send] = {
-        "httpx over aiohttp (Citegate)": lambda: through_httpx(citegate),
+        "Citegate's UpstreamClient": through_upstream,
+        "httpx client over aiohttp (before)": lambda: through_httpx(citegate),
         "httpx over httpcore (forwarder)": lambda: through_httpx(forwarder),
         "aiohttp alone": through_aiohttp,
     }
@@ -68,12 +77,13 @@ async def measure(base_url: str, requests: int, repetitions: int) -> None:
             for name, send in clients.items():
                 figures[name].append(await cpu_per_request(send, requests))
     finally:
+        await transport.aclose()
         await citegate.aclose()
         await forwarder.aclose()
         await session.close()
     print(f"CPU per 300 KB request and its answer, median of {repetitions}:")
     for name, values in figures.items():
-        print(f"  {name:33} {statistics.median(values):6.0f} us")
+        print(f"  {name:36} {statistics.median(values):6.0f} us")
 
 
 def main() -> None:

@@ -43,6 +43,7 @@ from app.upstream.wire import BatchResult, Message, MessageBatch, TokenCount
 log = logging.getLogger(__name__)
 
 _JSON = {"content-type": "application/json"}
+LOCAL_BASE_URL = "http://local-engine"  # the local engine's ASGI app answers any host
 RETRYABLE_STATUSES = frozenset({408, 409, 429, 500, 502, 503, 504, 529})
 _backoff = wait_random_exponential(multiplier=0.5, max=8)
 
@@ -107,35 +108,23 @@ def _is_retryable(error: BaseException) -> bool:
     return isinstance(error, _RetryableStatus | httpx.ConnectError | httpx.ConnectTimeout)
 
 
-def create_http_client(
-    settings: Settings, transport: httpx.AsyncBaseTransport | None
-) -> httpx.AsyncClient:
-    """The process's one HTTP client for the upstream."""
-    headers = {"anthropic-version": settings.anthropic_version}
-    if settings.anthropic_api_key is not None:
-        headers["x-api-key"] = settings.anthropic_api_key.get_secret_value()
-    timeout = httpx.Timeout(
-        settings.upstream_read_timeout, connect=settings.upstream_connect_timeout
-    )
-    base_url = settings.anthropic_base_url
-    if transport is None:
-        # httpx's API over aiohttp's connection pool: httpcore's pool costs a millisecond of CPU
-        # a request at 16 concurrent (it polls every pooled socket), and grew slowly under a
-        # burst of new streams. A streamed answer holds its connection for its whole length.
-        transport = AiohttpTransport(client=partial(_aiohttp_session, settings))
-    else:
-        base_url = "http://local-engine"
-    return _Client(
-        base_url=base_url,
-        headers=headers,
-        timeout=timeout,
-        transport=transport,
-    )
+def create_transport(
+    settings: Settings, local: httpx.AsyncBaseTransport | None = None
+) -> httpx.AsyncBaseTransport:
+    """The process's one transport to the upstream: ``local`` (the local engine's ASGI app)
+    when given, else httpx's transport API over aiohttp's connection pool. httpcore's pool
+    costs a millisecond of CPU a request at 16 concurrent (it polls every pooled socket), and
+    grew slowly under a burst of new streams. A streamed answer holds its connection for its
+    whole length."""
+    if local is not None:
+        return local
+    return AiohttpTransport(client=partial(_aiohttp_session, settings))
 
 
 def _aiohttp_session(settings: Settings) -> aiohttp.ClientSession:
     """The session under the transport, made as httpx-aiohttp makes it but that it keeps no
-    cookie either (aiohttp has a jar of its own; see ``_NoCookies``)."""
+    cookie: the one session serves every tenant, so a cookie set on one answer must never go
+    out with another's request (aiohttp has a jar of its own)."""
     connector = aiohttp.TCPConnector(
         limit=settings.upstream_max_connections,
         keepalive_timeout=httpx.Limits().keepalive_expiry,
@@ -144,43 +133,30 @@ def _aiohttp_session(settings: Settings) -> aiohttp.ClientSession:
     return aiohttp.ClientSession(connector=connector, cookie_jar=aiohttp.DummyCookieJar())
 
 
-class _NoCookies(httpx.Cookies):
-    """Cookies that are never taken from a response: the one client serves every tenant, so a
-    cookie set on one answer must never go out with another's request. (Not even offered the
-    response: httpx wraps it and its request in urllib's types for the jar, for each answer.)"""
-
-    def extract_cookies(self, response: httpx.Response) -> None:
-        pass
-
-
-class _Client(httpx.AsyncClient):
-    """httpx's client, whose cookies are ``_NoCookies``: always none."""
-
-    def __init__(self, **options: Any) -> None:
-        super().__init__(**options)
-        self._none = _NoCookies()
-
-    @property
-    def cookies(self) -> httpx.Cookies:
-        return self._none
-
-    @cookies.setter
-    def cookies(self, cookies: Any) -> None:
-        raise TypeError("the upstream client keeps no cookie")
-
-
 class UpstreamClient:
     """Posts Messages API requests; returns parsed answers or raises ``UpstreamError``."""
 
-    def __init__(self, http: httpx.AsyncClient, settings: Settings, metrics: Metrics) -> None:
-        self._http = http
+    def __init__(
+        self, transport: httpx.AsyncBaseTransport, settings: Settings, metrics: Metrics
+    ) -> None:
+        # Requests go to the transport itself (httpx's transport API), not through an
+        # ``httpx.AsyncClient``: its auth, redirect, cookie and hook layers were a third of an
+        # upstream call's CPU (bench/clients.py), and Citegate uses none of them.
+        self._transport = transport
         self._metrics = metrics
-        # The whole URLs of the paths every answer asks, made once: httpx parses the path and
-        # joins it to the base URL for each request otherwise, a tenth of its cost.
+        base = LOCAL_BASE_URL if settings.upstream_name == "local" else settings.anthropic_base_url
+        self._base = base.rstrip("/")
+        # The URLs every answer asks, parsed once.
         self._urls = {
-            path: http.build_request("POST", path).url
+            path: httpx.URL(self._base + path)
             for path in ("/v1/messages", "/v1/messages/count_tokens")
         }
+        self._headers = {"anthropic-version": settings.anthropic_version}
+        if settings.anthropic_api_key is not None:
+            self._headers["x-api-key"] = settings.anthropic_api_key.get_secret_value()
+        self._timeout = httpx.Timeout(
+            settings.upstream_read_timeout, connect=settings.upstream_connect_timeout
+        ).as_dict()
 
         def before_retry(state: RetryCallState) -> None:
             error = state.outcome.exception() if state.outcome else None
@@ -348,19 +324,14 @@ class UpstreamClient:
         stream: bool,
         extra: Mapping[str, str] | None,
     ) -> httpx.Response:
-        headers = {**(_JSON if content is not None else {}), **(extra or {})}
+        headers = {**self._headers, **(_JSON if content is not None else {}), **(extra or {})}
         if content is not None:  # sent as pieces (see _pieces), still not chunked
             headers["content-length"] = str(len(content))
+        url = self._urls.get(path) or httpx.URL(self._base + path)
         try:
             async for attempt in self._retrying.copy():
                 with attempt:
-                    request = self._http.build_request(
-                        method,
-                        self._urls.get(path, path),
-                        content=None if content is None else _pieces(content),
-                        headers=headers or None,
-                    )
-                    response = await self._http.send(request, stream=stream)
+                    response = await self._request(method, url, headers, content, stream)
                     if response.status_code in RETRYABLE_STATUSES:
                         await _read_and_close(response)
                         raise _RetryableStatus(response)
@@ -379,6 +350,32 @@ class UpstreamClient:
         await _read_and_close(response)
         raise _error_from(response)
 
+    async def _request(
+        self,
+        method: str,
+        url: httpx.URL,
+        headers: dict[str, str],
+        content: bytes | None,
+        stream: bool,
+    ) -> httpx.Response:
+        """One attempt: the response, read whole unless ``stream``."""
+        request = httpx.Request(
+            method,
+            url,
+            headers=headers,
+            content=None if content is None else _pieces(content),
+            extensions={"timeout": self._timeout},
+        )
+        response = await self._transport.handle_async_request(request)
+        response.request = request
+        if not stream:
+            try:
+                await response.aread()  # and closed, once read
+            except BaseException:
+                await response.aclose()
+                raise
+        return response
+
 
 def _endpoint(path: str) -> str:
     """The metric label of a path: its last part, a batch's id left out."""
@@ -396,11 +393,11 @@ _PIECE = 1024 * 1024
 async def _pieces(content: bytes) -> AsyncIterator[bytes]:
     """The body as an iterator, a megabyte at a time, so that nothing keeps it once sent.
 
-    httpx's request keeps a body given as bytes for as long as the response lives, and the
-    request and response live in reference cycles (the retries' state, the clients' own) until
-    a full garbage collection: a 300 KB request per answer, held for thousands of them. A
-    finished iterator holds nothing. Bodies past a megabyte also go in pieces for aiohttp,
-    which copies each whole piece it is given.
+    httpx's request keeps a body given as bytes, and the response keeps its request, for as
+    long as the response lives: a streamed answer's whole length, 300 KB for each of a
+    thousand open streams (and for thousands more, were either ever caught in a reference
+    cycle). A finished iterator holds nothing. Bodies past a megabyte also go in pieces for
+    aiohttp, which copies each whole piece it is given.
     """
     if len(content) <= _PIECE:
         yield content
