@@ -112,11 +112,13 @@ def running(
     *fake_args: str,
     serve_args: tuple[str, ...] = (),
     root: Path = ROOT,
+    wrap: tuple[str, ...] | None = None,
 ) -> Iterator[Stack]:
     """`citegate serve *SERVE_ARGS` on a new database (SQLite unless given), behind a fake
     upstream started as ``python FAKE_SCRIPT --serve-fake PORT *FAKE_ARGS`` when one is named;
     the code of the checkout at ``root`` (another revision's worktree, say), with this
-    environment's dependencies."""
+    environment's dependencies. ``wrap``: a command to run Citegate under (valgrind, say);
+    by default the environment's BENCH_WRAP, e.g. "python -m cProfile -o out.prof"."""
     if database_url is not None and database_url.startswith("postgresql"):
         make_database(database_url, fresh=False)
     workdir = Path(tempfile.mkdtemp(prefix="citegate-bench-"))
@@ -141,8 +143,8 @@ def running(
         env |= {"ANTHROPIC_API_KEY": "bench-key", "ANTHROPIC_BASE_URL": fake}
     port = free_port()
     citegate = str(Path(sys.executable).parent / "citegate")
-    # BENCH_WRAP: a command to run Citegate under, e.g. "python -m cProfile -o out.prof".
-    wrap = os.environ.get("BENCH_WRAP", "").split()
+    if wrap is None:
+        wrap = tuple(os.environ.get("BENCH_WRAP", "").split())
     server = subprocess.Popen([*wrap, citegate, "serve", "--port", str(port), *serve_args], env=env)
     processes.append(server)
     try:

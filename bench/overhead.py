@@ -458,12 +458,13 @@ def soak(stack: Stack, answers: int) -> None:
 
 
 @contextmanager
-def forwarding(upstream: str) -> Iterator[tuple[str, int]]:
-    """bench/forwarder.py in its own process in front of ``upstream``: its URL and pid."""
+def forwarding(upstream: str, wrap: tuple[str, ...] = ()) -> Iterator[tuple[str, int]]:
+    """bench/forwarder.py in its own process in front of ``upstream`` (under ``wrap``, a
+    command, when given): its URL and pid."""
     port = free_port()
     script = Path(__file__).with_name("forwarder.py")
     forwarder = subprocess.Popen(
-        [sys.executable, str(script), "--port", str(port), "--upstream", upstream]
+        [*wrap, sys.executable, str(script), "--port", str(port), "--upstream", upstream]
     )
     try:
         wait_up(f"http://127.0.0.1:{port}/healthz")
