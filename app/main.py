@@ -61,6 +61,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             settings.database_url,
             pool_size=settings.database_pool_size,
             max_overflow=settings.database_max_overflow,
+            ping_after_idle=settings.database_ping_after_idle_seconds,
         )
         app.state.engine = engine
         app.state.sessions = create_session_factory(engine)

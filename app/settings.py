@@ -28,6 +28,12 @@ class Settings(BaseSettings):
     database_pool_size: int = Field(
         default=10, ge=1, description="PostgreSQL connections each worker keeps open."
     )
+    database_ping_after_idle_seconds: float = Field(
+        default=1.0,
+        ge=0,
+        description="A pooled PostgreSQL connection idle longer than this is pinged before it "
+        "is used, and replaced if the server has closed it; 0 pings before every use.",
+    )
     database_max_overflow: int = Field(
         default=0,
         ge=0,

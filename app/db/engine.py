@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
 import orjson
-from sqlalchemy import Executable, event
+from sqlalchemy import Executable, event, exc
 from sqlalchemy.engine import Engine, make_url
 from sqlalchemy.ext.asyncio import (
     AsyncEngine,
@@ -16,6 +17,7 @@ from sqlalchemy.ext.asyncio import (
     async_sessionmaker,
     create_async_engine,
 )
+from sqlalchemy.pool import ConnectionPoolEntry, PoolProxiedConnection
 from sqlalchemy.util import greenlet_spawn
 
 from app.db.sqlite import one_trip_dbapi
@@ -32,6 +34,7 @@ _JSON: dict[str, Any] = {"json_serializer": _json_dumps, "json_deserializer": or
 
 _POOL_SIZE = Settings.model_fields["database_pool_size"].default
 _MAX_OVERFLOW = Settings.model_fields["database_max_overflow"].default
+_PING_AFTER_IDLE = Settings.model_fields["database_ping_after_idle_seconds"].default
 
 
 def create_engine(
@@ -39,6 +42,7 @@ def create_engine(
     *,
     pool_size: int = _POOL_SIZE,
     max_overflow: int = _MAX_OVERFLOW,
+    ping_after_idle: float = _PING_AFTER_IDLE,
     **kwargs: Any,
 ) -> AsyncEngine:
     """An async engine for SQLite (aiosqlite) or PostgreSQL (asyncpg).
@@ -55,7 +59,9 @@ def create_engine(
         if "poolclass" not in kwargs:
             # Sizes: Settings.database_pool_size and database_max_overflow, and why.
             kwargs |= {"pool_size": pool_size, "max_overflow": max_overflow}
-        return create_async_engine(url, pool_pre_ping=True, **_JSON, **kwargs)
+        engine = create_async_engine(url, **_JSON, **kwargs)
+        _ping_when_idle(engine, ping_after_idle)
+        return engine
 
     if url.database and url.database != ":memory:":
         Path(url.database).parent.mkdir(parents=True, exist_ok=True)
@@ -74,6 +80,37 @@ def create_engine(
         cursor.close()
 
     return engine
+
+
+def _ping_when_idle(engine: AsyncEngine, idle: float) -> None:
+    """Ping a pooled connection before it is used only when it has been idle for more than
+    ``idle`` seconds, and replace it if the ping fails (the server restarted, or closed it).
+
+    SQLAlchemy's ``pool_pre_ping`` pings at every checkout, and asyncpg's ping is three round
+    trips (BEGIN, an empty query, ROLLBACK): more than the answer's own insert, on both sides
+    of the socket. A connection given back moments ago is as alive as a ping would show; like
+    HikariCP's ``aliveBypassWindowMs``, only one idle past the window is asked. A server that
+    goes away inside the window fails the statements then running, as it would have anyway,
+    and SQLAlchemy then invalidates the pool's connections.
+    """
+    sync = engine.sync_engine
+
+    @event.listens_for(sync, "checkin")
+    def _returned(_: Any, entry: ConnectionPoolEntry) -> None:
+        entry.info["returned_at"] = time.monotonic()
+
+    @event.listens_for(sync, "checkout")
+    def _checked_out(
+        dbapi_connection: Any, entry: ConnectionPoolEntry, _: PoolProxiedConnection
+    ) -> None:
+        # A new connection has no mark: ``info`` goes with the DBAPI connection.
+        returned = entry.info.get("returned_at")
+        if returned is None or time.monotonic() - returned <= idle:
+            return
+        try:
+            sync.dialect.do_ping(dbapi_connection)
+        except Exception as error:  # the pool retries with a new connection
+            raise exc.DisconnectionError("a pooled connection failed its ping") from error
 
 
 def one_statement_writer(engine: AsyncEngine) -> AsyncEngine:

@@ -1,6 +1,7 @@
 """A worker's PostgreSQL connections stay within CITEGATE_DATABASE_POOL_SIZE and
 CITEGATE_DATABASE_MAX_OVERFLOW however many answers run at once: requests wait their turn for
-a connection; none fails and none opens more."""
+a connection; none fails and none opens more. Each goes back to the pool, and one the server
+closed while it sat there is replaced before it is used."""
 
 from __future__ import annotations
 
@@ -9,8 +10,10 @@ from typing import Any
 
 import httpx
 import pytest
-from sqlalchemy import event
+from sqlalchemy import event, text
+from sqlalchemy.pool import NullPool
 
+from app.db.engine import create_engine
 from app.main import create_app
 from app.settings import Settings
 from tests.conftest import Served
@@ -87,3 +90,43 @@ def test_every_request_gives_its_connection_back(settings: Settings) -> None:
     with Served(app) as served:
         seen = asyncio.run(requests(served.base_url))
     assert seen == [(201, 0), (200, 0), (200, 0), (200, 0), (200, 0), (404, 0), (200, 0)]
+
+
+def test_a_connection_the_server_closed_is_replaced_before_it_is_used(
+    settings: Settings, database_url: str
+) -> None:
+    """The server drops the pool's connection (a restart, an idle timeout, an administrator):
+    the next request, once the connection has been idle past the ping window, still works."""
+    if not database_url.startswith("postgresql"):
+        pytest.skip("SQLite has no server to close a connection")
+    app = create_app(settings.model_copy(update={"database_ping_after_idle_seconds": 0.1}))
+    admin = create_engine(database_url, poolclass=NullPool)
+
+    async def sql(statement: str, **values: Any) -> Any:
+        async with admin.connect() as connection:
+            return (await connection.execute(text(statement), values)).scalar()
+
+    async def listed(http: httpx.AsyncClient) -> int:
+        return (await http.get("/v1/documents")).status_code
+
+    async def requests(base_url: str, since: Any) -> list[int]:
+        async with httpx.AsyncClient(base_url=base_url, timeout=60) as http:
+            seen = [await listed(http)]  # the pool's connection, made since ``since``
+            # Every connection to this database opened since then: the app's, none other's.
+            closed = await sql(
+                "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
+                " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+                " AND backend_start >= :since",
+                since=since,
+            )
+            seen.append(closed)
+            await asyncio.sleep(0.3)  # idle past the window
+            seen += [await listed(http), await listed(http)]
+        return seen
+
+    since = asyncio.run(sql("SELECT now()"))
+    with Served(app) as served:
+        seen = asyncio.run(requests(served.base_url, since))
+    asyncio.run(admin.dispose())
+    assert seen[0] == 200 and seen[1] >= 1  # a connection was there, and was closed
+    assert seen[2:] == [200, 200]
