@@ -1,14 +1,12 @@
-"""What one upstream request costs the process that sends it, by HTTP client: Citegate's
-``UpstreamClient`` (httpx's transport API over aiohttp, as ``create_transport`` makes it; its
-figure includes encoding the request's JSON and parsing the answer into a ``Message``), an
-``httpx.AsyncClient`` over the same transport (how Citegate sent before), httpx over its own
-httpcore (the bare forwarder's, bench/forwarder.py) and aiohttp alone. Each POSTs
-bench/overhead.py's Messages request (three 100 KB documents, 300 KB of JSON) to its instant
-fake, in its own process, and reads the whole answer, on uvloop as Citegate runs; the figure
-is this process's CPU (user + system) per request, sent one at a time. Asserts nothing.
-
-    .venv/bin/python bench/clients.py [--requests 1500] [--repetitions 3]
-"""
+"""What one upstream request costs the process that sends it, by HTTP client: httpx's
+transport API over aiohttp, as Citegate sends (``create_transport``), an ``httpx.AsyncClient``
+over that same transport (as Citegate sent before), httpx over its own httpcore (the bare
+forwarder's, bench/forwarder.py) and aiohttp alone; and Citegate's whole upstream call,
+``UpstreamClient.create_message`` (the same, plus encoding the request's JSON, the retry
+loop, a metric, and parsing the answer into a ``Message``). Each POSTs bench/overhead.py's
+Messages request (three 100 KB documents, 300 KB of JSON) to its instant fake, in its own
+process, and reads the whole answer, on uvloop as Citegate runs; the figure is this
+process's CPU (user + system) per request, sent one at a time. Asserts nothing."""
 
 from __future__ import annotations
 
@@ -50,7 +48,8 @@ async def measure(base_url: str, requests: int, repetitions: int) -> None:
     settings = Settings(anthropic_base_url=base_url, anthropic_api_key="bench-key")
     transport = create_transport(settings)
     upstream = UpstreamClient(transport, settings, Metrics())
-    citegate = httpx.AsyncClient(base_url=base_url, transport=create_transport(settings))
+    client = httpx.AsyncClient(base_url=base_url, transport=create_transport(settings))
+    url = httpx.URL(f"{base_url}/v1/messages")
     forwarder = httpx.AsyncClient(base_url=base_url, timeout=60)
     session = aiohttp.ClientSession(base_url=base_url)
 
@@ -62,14 +61,20 @@ async def measure(base_url: str, requests: int, repetitions: int) -> None:
         async with session.post("/v1/messages", data=body, headers=headers) as response:
             await response.read()
 
+    async def through_transport() -> None:
+        sent = httpx.Request("POST", url, content=body, headers=headers)
+        response = await transport.handle_async_request(sent)
+        await response.aread()
+
     async def through_upstream() -> None:
         await upstream.create_message(request)
 
     clients: dict[str, Send] = {
-        "Citegate's UpstreamClient": through_upstream,
-        "httpx client over aiohttp (before)": lambda: through_httpx(citegate),
+        "httpx transport over aiohttp (Citegate)": through_transport,
+        "httpx client over it (before)": lambda: through_httpx(client),
         "httpx over httpcore (forwarder)": lambda: through_httpx(forwarder),
         "aiohttp alone": through_aiohttp,
+        "UpstreamClient.create_message": through_upstream,
     }
     figures: dict[str, list[float]] = {name: [] for name in clients}
     try:
@@ -78,12 +83,12 @@ async def measure(base_url: str, requests: int, repetitions: int) -> None:
                 figures[name].append(await cpu_per_request(send, requests))
     finally:
         await transport.aclose()
-        await citegate.aclose()
+        await client.aclose()
         await forwarder.aclose()
         await session.close()
     print(f"CPU per 300 KB request and its answer, median of {repetitions}:")
     for name, values in figures.items():
-        print(f"  {name:36} {statistics.median(values):6.0f} us")
+        print(f"  {name:40} {statistics.median(values):6.0f} us")
 
 
 def main() -> None:

@@ -140,8 +140,9 @@ class UpstreamClient:
         self, transport: httpx.AsyncBaseTransport, settings: Settings, metrics: Metrics
     ) -> None:
         # Requests go to the transport itself (httpx's transport API), not through an
-        # ``httpx.AsyncClient``: its auth, redirect, cookie and hook layers were a third of an
-        # upstream call's CPU (bench/clients.py), and Citegate uses none of them.
+        # ``httpx.AsyncClient``: Citegate uses none of its auth, redirect, cookie and hook
+        # layers, which cost a quarter of a request's CPU (bench/clients.py: 0.84 ms through
+        # the client, 0.62 ms to the transport) and kept each request in reference cycles.
         self._transport = transport
         self._metrics = metrics
         base = LOCAL_BASE_URL if settings.upstream_name == "local" else settings.anthropic_base_url
