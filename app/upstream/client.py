@@ -9,6 +9,7 @@ billing) that answer.
 
 from __future__ import annotations
 
+import codecs
 import email.utils
 import logging
 import math
@@ -448,14 +449,18 @@ class UpstreamStream:
         if "text/event-stream" not in content_type:
             raise self._bad("something that is not an event stream")
         lines, decoder = SSELineDecoder(), SSEDecoder()
+        # An event stream is always UTF-8 (the SSE specification), whatever its header says:
+        # decoded so, not by the charset httpx would look up for each response.
+        text = codecs.getincrementaldecoder("utf-8")(errors="replace")
         try:
-            async for text in self._response.aiter_text():
-                batch, broken = self._frames(lines.decode(text), decoder)
+            async for chunk in self._response.aiter_bytes():
+                batch, broken = self._frames(lines.decode(text.decode(chunk)), decoder)
                 if batch:
                     yield batch
                 if broken is not None:  # after the frames before it
                     raise broken
-            batch, broken = self._frames(lines.flush(), decoder)
+            rest = lines.decode(text.decode(b"", final=True))
+            batch, broken = self._frames([*rest, *lines.flush()], decoder)
             if batch:
                 yield batch
             if broken is not None:

@@ -132,6 +132,25 @@ def test_fixture_stream_in_small_pieces(api: httpx.Client, fake: FakeUpstream) -
     assert events[-1][0] == "answer.done"
 
 
+def _unescaped(event: bytes) -> bytes:
+    """The event with its JSON's characters as UTF-8, as the real API sends them, not escaped."""
+    name, data = event.decode().strip().split("\n")
+    payload = json.loads(data.removeprefix("data: "))
+    return f"{name}\ndata: {json.dumps(payload, ensure_ascii=False)}\n\n".encode()
+
+
+def test_characters_split_across_reads_arrive_whole(api: httpx.Client, fake: FakeUpstream) -> None:
+    """An event stream is UTF-8: a character whose bytes come in two reads is one character."""
+    text = "Grass is green \u2014 tr\u00e8s vert \U0001f331, \u8349\u662f\u7eff\u7684."
+    raw = b"".join(_unescaped(event) for event in sse_message([{"type": "text", "text": text}]))
+    assert len(raw) > len(raw.decode())  # characters of two, three and four bytes
+    pieces = [raw[i : i + 5] for i in range(0, len(raw), 5)]
+    fake.reset(Reply(events=pieces, pause=0.001))  # each piece a read of its own, mostly
+    events = stream(api, {"question": "Colour?", "document_ids": [upload(api)]})
+    assert "".join(data["text"] for name, data in events if name == "text.delta") == text
+    assert events[-1][0] == "answer.done" and events[-1][1]["text"] == text
+
+
 def test_an_ended_stream_keeps_no_copy_of_its_upstream_request(
     api: httpx.Client, fake: FakeUpstream
 ) -> None:
