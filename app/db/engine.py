@@ -88,10 +88,11 @@ def _ping_when_idle(engine: AsyncEngine, idle: float) -> None:
 
     SQLAlchemy's ``pool_pre_ping`` pings at every checkout, and asyncpg's ping is three round
     trips (BEGIN, an empty query, ROLLBACK): more than the answer's own insert, on both sides
-    of the socket. A connection given back moments ago is as alive as a ping would show; like
-    HikariCP's ``aliveBypassWindowMs``, only one idle past the window is asked. A server that
-    goes away inside the window fails the statements then running, as it would have anyway,
-    and SQLAlchemy then invalidates the pool's connections.
+    of the socket. A connection given back moments ago is almost always as alive as a ping
+    would show; like HikariCP's ``aliveBypassWindowMs``, only one idle past the window is
+    asked. The cost: a connection the server closed within the window (a restart in that
+    second) fails the one request that uses it next, and SQLAlchemy, seeing the disconnect,
+    then replaces every connection the pool held before it.
     """
     sync = engine.sync_engine
 
