@@ -1,6 +1,7 @@
 """What one upstream request costs the process that sends it, by HTTP client: httpx's
 transport API over aiohttp, as Citegate sends (``create_transport``), an ``httpx.AsyncClient``
-over that same transport (as Citegate sent before), httpx over its own httpcore (the bare
+over that same transport (as Citegate sent before, but for its cookie jar, which Citegate's
+client left empty without reading responses for cookies), httpx over its own httpcore (the bare
 forwarder's, bench/forwarder.py) and aiohttp alone; and Citegate's whole upstream call,
 ``UpstreamClient.create_message`` (the same, plus encoding the request's JSON, the retry
 loop, a metric, and parsing the answer into a ``Message``). Each POSTs bench/overhead.py's

@@ -4,6 +4,7 @@ real documents they answered: every citation must resolve to the stored span and
 from __future__ import annotations
 
 import base64
+import gzip
 import json
 from collections.abc import Iterator
 from typing import Any
@@ -338,6 +339,19 @@ def test_429_with_retry_after_then_success(api: httpx.Client, fake: FakeUpstream
     response = ask(api, "Grass?", [document_id])
     assert response.status_code == 200, response.text
     assert len(fake.requests) == 2
+
+
+def test_a_compressed_answer_is_read(api: httpx.Client, fake: FakeUpstream) -> None:
+    """The upstream (or a proxy before it) may compress what it sends: Citegate offers only
+    the encodings it decodes."""
+    document_id = store(api, {"source": {"type": "text", "data": "The grass is green."}})
+    body = json.dumps(message([{"type": "text", "text": "Green."}])).encode()
+    fake.reset(Reply(body=gzip.compress(body), headers={"content-encoding": "gzip"}))
+    response = ask(api, "Grass?", [document_id])
+    assert response.status_code == 200, response.text
+    assert response.json()["text"] == "Green."
+    offered = fake.requests[0].headers["accept-encoding"].split(",")
+    assert {encoding.strip() for encoding in offered} <= {"gzip", "deflate"}
 
 
 def test_a_cookie_the_upstream_sets_never_goes_out_again(

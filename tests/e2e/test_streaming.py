@@ -162,6 +162,7 @@ def test_an_ended_stream_keeps_no_copy_of_its_upstream_request(
         "/v1/documents", json={"source": {"type": "text", "data": document}}
     ).json()["id"]
     raw = (FIXTURES / "web_search_stream.sse").read_bytes()
+    gc.collect()  # nothing left from earlier tests
     gc.disable()  # what only a full collection would free must still be found below
     try:
         for _ in range(3):
