@@ -26,12 +26,11 @@ import argparse
 import shutil
 import subprocess
 import tempfile
-from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack
 from pathlib import Path
 
 import overhead
-from harness import ROOT, Stack, running
+from harness import running
 from overhead import Target, database_beside, forwarding, worktree
 
 CALLGRIND_CONTROL = shutil.which("callgrind_control")
@@ -70,12 +69,6 @@ def instructions_per_request(target: Target, requests: int, out: Path) -> float:
     raise SystemExit(f"{target.name}: no totals in {dumps[-1]}")
 
 
-@contextmanager
-def citegate(database_url: str | None, out: Path, root: Path = ROOT) -> Iterator[Stack]:
-    with running(database_url, overhead.__file__, root=root, wrap=callgrind(out)) as stack:
-        yield stack
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -91,7 +84,9 @@ def main() -> None:
         workdir = Path(started.enter_context(tempfile.TemporaryDirectory()))
         out = workdir / "callgrind"
         out.mkdir()
-        stack = started.enter_context(citegate(args.database_url, out))
+        stack = started.enter_context(
+            running(args.database_url, overhead.__file__, wrap=callgrind(out))
+        )
         assert stack.fake is not None
         forwarder, forwarder_pid = started.enter_context(forwarding(stack.fake, callgrind(out)))
         targets = [
@@ -101,7 +96,9 @@ def main() -> None:
         if args.against:
             root, label = started.enter_context(worktree(args.against))
             url = args.database_url and database_beside(args.database_url, "_against")
-            other = started.enter_context(citegate(url, out, root))
+            other = started.enter_context(
+                running(url, overhead.__file__, root=root, wrap=callgrind(out))
+            )
             targets += overhead.citegate_targets(other, workdir, args.stream, f"@{label}")
         kind = "streaming" if args.stream else "JSON"
         print(f"database: {stack.database}; {kind}, {args.requests} requests, one at a time:")

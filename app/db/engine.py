@@ -131,7 +131,7 @@ async def write_one(writer: AsyncEngine, statement: Executable, values: dict[str
     Each step of SQLAlchemy's async API (connect, begin, execute, commit, close) runs the
     synchronous engine in a greenlet of its own, and each new greenlet maps a Python frame
     stack and unmaps it at its end: five mmap/munmap pairs for one insert. One greenlet for the
-    whole write is the same work (the same pool, pre-ping, transaction and statement) for an
+    whole write is the same work (the same pool, ping, transaction and statement) for an
     eighth (SQLite) to a fifth (PostgreSQL) less CPU; issue 20's notes have the figures.
     """
     await greenlet_spawn(_write_one, writer.sync_engine, statement, values)
