@@ -2,15 +2,15 @@
 them, a keep-alive comment after each silence of ``ping`` seconds, and an end as soon as the
 client has gone or has stopped reading.
 
-The events are framed by sse-starlette's ``ServerSentEvent`` (``server_sent``); the response
-is this one rather than sse-starlette's ``EventSourceResponse``, which runs each stream in a
-task group of three tasks behind a lock and cancels them all at its end: per stream that was a
-fifth of Citegate's own CPU, and the cancelled tasks left some 300 objects in reference cycles
-holding the response and its relay until a full collection (issue 20's profile). Here the
-events are sent by the request's own task; a second task only waits for ``http.disconnect``,
-and ends by itself once the response is complete. Pings come from a timer (a task sends one
-only when a silence is due one), and the send timeout from another, so a send costs no cancel
-scope, no lock and no task switch.
+The events are framed as sse-starlette's ``ServerSentEvent`` frames them (``server_sent``);
+the response is this one rather than sse-starlette's ``EventSourceResponse``, which runs each
+stream in a task group of three tasks behind a lock and cancels them all at its end: per stream
+that was a fifth of Citegate's own CPU, and the cancelled tasks left some 300 objects in
+reference cycles holding the response and its relay until a full collection (issue 20's
+profile). Here the events are sent by the request's own task; a second task only waits for
+``http.disconnect``, and ends by itself once the response is complete. Pings come from a timer
+(a task sends one only when a silence is due one), and the send timeout from another, so a send
+costs no cancel scope, no lock and no task switch.
 """
 
 from __future__ import annotations
@@ -33,8 +33,18 @@ HEADERS = {"Cache-Control": "no-store", "X-Accel-Buffering": "no"}
 
 
 def server_sent(events: Iterable[tuple[str, str]]) -> bytes:
-    """The bytes of these events, each a name and its data, as one write."""
-    return b"".join(ServerSentEvent(data=data, event=name).encode() for name, data in events)
+    """The bytes of these events, each a name and its data, as one write.
+
+    Data of one line (JSON, as every event's data is: neither orjson nor the upstream writes
+    a line break into it) is framed here exactly as sse-starlette frames it, without its
+    object, string buffer and regular expressions per event (3.3 us an event, 0.3 here);
+    data of several lines is framed by sse-starlette, a ``data:`` line for each."""
+    return b"".join(
+        f"event: {name}\r\ndata: {data}\r\n\r\n".encode()
+        if "\n" not in data and "\r" not in data
+        else ServerSentEvent(data=data, event=name).encode()
+        for name, data in events
+    )
 
 
 class EventStream(Response):

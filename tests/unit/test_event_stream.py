@@ -10,10 +10,12 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 
 import anyio
 import pytest
+from httpx_sse._decoders import SSEDecoder, SSELineDecoder
+from sse_starlette import ServerSentEvent
 from starlette.background import BackgroundTask
 from starlette.types import Message, Scope
 
-from app.api.event_stream import EventStream
+from app.api.event_stream import EventStream, server_sent
 
 SCOPE: Scope = {"type": "http", "method": "POST", "path": "/v1/answers", "headers": []}
 END: Message = {"type": "http.response.body", "body": b"", "more_body": False}
@@ -247,3 +249,27 @@ async def test_it_leaves_no_task_behind() -> None:
 def test_a_ping_interval_is_required() -> None:
     with pytest.raises(ValueError, match="ping"):
         EventStream(Relay(events=0).body(), ping=0)
+
+
+EVENTS = [
+    ("text.delta", '{"segment_index":0,"text":"caf\u00e9 \\n not a break"}'),
+    ("message_start", '{"type": "message_start", "message": {"id": "msg_1"}}'),
+    ("error", '{"type":"error"}'),
+    ("multi", "first line\nsecond line\r\nthird\rfourth"),
+    ("empty", ""),
+]
+
+
+def test_events_are_framed_as_sse_starlette_frames_them() -> None:
+    expected = b"".join(ServerSentEvent(data=data, event=name).encode() for name, data in EVENTS)
+    assert server_sent(EVENTS) == expected
+
+
+def test_a_client_reads_back_every_event_as_it_was() -> None:
+    lines, decoder = SSELineDecoder(), SSEDecoder()
+    read = []
+    for line in [*lines.decode(server_sent(EVENTS).decode()), *lines.flush()]:
+        if (sse := decoder.decode(line)) is not None:
+            read.append((sse.event, sse.data))
+    # A data of several lines is read back with its line breaks as "\n" (the SSE rule).
+    assert read == [(name, "\n".join(data.splitlines())) for name, data in EVENTS]
