@@ -18,8 +18,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+import aiohttp
 import httpx
-from httpx_aiohttp import AiohttpTransport
 from sqlalchemy import text as sql
 from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import create_async_engine
@@ -56,12 +56,14 @@ def own_cpu_seconds() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def load_client(stack: Stack, timeout: float, max_connections: int) -> httpx.AsyncClient:
-    """The load client: the measuring instrument, on the same two cores as Citegate and the fake.
-    httpx's API over aiohttp's pool costs it a third of the CPU httpcore's pool does."""
-    limits = httpx.Limits(max_connections=max_connections)
-    return httpx.AsyncClient(
-        headers=stack.headers, timeout=timeout, transport=AiohttpTransport(limits=limits)
+def load_client(stack: Stack, timeout: float, max_connections: int) -> aiohttp.ClientSession:
+    """The load client: the measuring instrument, on the same two cores as Citegate and the
+    fake, so it should cost them as little as it can: aiohttp's session alone (through httpx's
+    API over aiohttp, reading 1,000 streams took the client half a core)."""
+    return aiohttp.ClientSession(
+        headers=stack.headers,
+        timeout=aiohttp.ClientTimeout(total=timeout),
+        connector=aiohttp.TCPConnector(limit=max_connections),
     )
 
 
