@@ -406,7 +406,13 @@ async def _pieces(content: bytes) -> AsyncIterator[bytes]:
     thousand open streams (and for thousands more, were either ever caught in a reference
     cycle). A finished iterator holds nothing. Bodies past a megabyte also go in pieces for
     aiohttp, which copies each whole piece it is given.
+
+    An empty piece goes first: aiohttp then writes the request's headers alone, where it would
+    copy them and the first piece into one new buffer (on Python before 3.12.9, which has no
+    safe ``writelines``): the 300 KB of an answer's documents copied once more per call, 2.5 %
+    of ``create_message``'s CPU for one more small write.
     """
+    yield b""
     if len(content) <= _PIECE:
         yield content
         return
