@@ -160,7 +160,17 @@ def serve_fake(port: int) -> None:
     app = Starlette(
         routes=[Route("/v1/messages", messages, methods=["POST"]), Route("/", ok)],
     )
-    uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning", access_log=False)
+    # Idle connections are kept for the whole run: closed after uvicorn's 5 s, as while other
+    # targets are asked, a client may send on one just as it closes (the forwarder's httpcore
+    # pool then answered 500 with a ReadError, and the run stopped).
+    uvicorn.run(
+        app,
+        host="127.0.0.1",
+        port=port,
+        log_level="warning",
+        access_log=False,
+        timeout_keep_alive=3600,
+    )
 
 
 def messages_request(stream: bool) -> dict[str, Any]:
