@@ -58,6 +58,10 @@ from app.upstream.wire import Message
 
 log = logging.getLogger(__name__)
 
+# A stored answer as its row's values (``answer_values``): what was inserted, read without
+# making an ORM ``Answer`` of it.
+StoredAnswer = Mapping[str, Any]
+
 
 @dataclass(frozen=True, slots=True)
 class AnswerContext:
@@ -327,7 +331,7 @@ async def count_tokens(
 
 async def create_answer(
     session: AsyncSession, principal: Principal, body: AnswerRequest, context: AnswerContext
-) -> Answer:
+) -> StoredAnswer:
     """Ask the upstream, resolve every citation to a stored span, store the answer."""
     prepared = await _prepare(session, principal.tenant_id, body, context, claim=True)
     try:
@@ -342,9 +346,9 @@ async def answer_prepared(
     principal: Principal,
     prepared: Prepared,
     headers: Mapping[str, str] | None = None,
-) -> tuple[Answer, UpstreamAnswer]:
+) -> tuple[StoredAnswer, UpstreamAnswer]:
     """Send a prepared request (with these extra upstream headers), store the answer; the
-    stored answer and the upstream's reply."""
+    stored answer's row and the upstream's reply."""
     await context.limits.check_tokens(principal)
     reply = await context.upstream.create_message(prepared.request, headers)
     message = reply.message
@@ -459,8 +463,8 @@ class RelayedAnswer:
         """The upstream's request id."""
         return self._request_id
 
-    async def close(self, status: str = "cancelled") -> Answer | None:
-        """Store what arrived with this status; None when it was closed before."""
+    async def close(self, status: str = "cancelled") -> StoredAnswer | None:
+        """Store what arrived with this status (its row); None when it was closed before."""
         if self._closed:
             return None
         self._closed = True
@@ -595,7 +599,7 @@ async def _store(
     usage: dict[str, int],
     message_id: str | None,
     request_id: str | None,
-) -> Answer:
+) -> StoredAnswer:
     await context.limits.spend_tokens(principal, sum(usage.values()))
     values = answer_values(
         prepared,
@@ -616,7 +620,7 @@ async def _store(
     # A Core insert: the ORM's unit of work costs more than the rest of storing the answer.
     await write_one(context.writer, _INSERT_ANSWER, values)
     count_stored(context.metrics, values)
-    return Answer(**values)
+    return values  # an ORM Answer made of them cost 43 us, for nothing read but its fields
 
 
 def answer_values(
@@ -701,29 +705,37 @@ async def get_answer(session: AsyncSession, tenant_id: str, answer_id: str) -> A
 async def answer_out(session: AsyncSession, pages: PdfPages, answer: Answer) -> dict[str, Any]:
     """The Answer as the API shows it, read back: an answer stored before spans had boxes
     gets them here (measured again on each read; PDFium's open documents are kept)."""
-    payload = answer_payload(answer)
+    payload = answer_payload({field: getattr(answer, field) for field in _PAYLOAD_FIELDS})
     if lacks_boxes(payload["segments"]):
         payload["segments"] = await with_boxes(session, pages, payload["segments"])
     return payload
 
 
-def answer_payload(answer: Answer) -> dict[str, Any]:
-    """The Answer as the API shows it, the same on create, at the end of a stream and on read."""
+# The fields of a stored answer that ``answer_payload`` reads.
+_PAYLOAD_FIELDS = (
+    "id conversation_id status question model stop_reason text segments documents retrieval "
+    "usage upstream_message_id upstream_request_id created_at"
+).split()
+
+
+def answer_payload(answer: StoredAnswer) -> dict[str, Any]:
+    """The Answer as the API shows it, from its row (``answer_values``; ``answer_out`` reads
+    one back), the same on create, at the end of a stream and on read."""
     return {
-        "id": answer.id,
-        "conversation_id": answer.conversation_id,
-        "status": answer.status,
-        "question": answer.question,
-        "model": answer.model,
-        "stop_reason": answer.stop_reason,
-        "text": answer.text,
-        "segments": answer.segments,
-        "documents": answer.documents,
-        "retrieval": _retrieval_out(answer.retrieval),
-        "usage": answer.usage,
+        "id": answer["id"],
+        "conversation_id": answer["conversation_id"],
+        "status": answer["status"],
+        "question": answer["question"],
+        "model": answer["model"],
+        "stop_reason": answer["stop_reason"],
+        "text": answer["text"],
+        "segments": answer["segments"],
+        "documents": answer["documents"],
+        "retrieval": _retrieval_out(answer["retrieval"]),
+        "usage": answer["usage"],
         "upstream": {
-            "message_id": answer.upstream_message_id,
-            "request_id": answer.upstream_request_id,
+            "message_id": answer["upstream_message_id"],
+            "request_id": answer["upstream_request_id"],
         },
-        "created_at": answer.created_at.isoformat().replace("+00:00", "Z"),
+        "created_at": answer["created_at"].isoformat().replace("+00:00", "Z"),
     }

@@ -82,11 +82,11 @@ async def create_message(
         )
     answer, reply = await answers.answer_prepared(context, principal, prepared, headers)
     message = orjson.loads(reply.body)
-    enrich_message(message, answer.segments)
+    enrich_message(message, answer["segments"])
     return Response(
         orjson.dumps(message),
         media_type="application/json",
-        headers={ANSWER_HEADER: answer.id, "request-id": reply.request_id or ""},
+        headers={ANSWER_HEADER: answer["id"], "request-id": reply.request_id or ""},
     )
 
 
