@@ -44,10 +44,33 @@ def wait_up(url: str) -> None:
     raise RuntimeError(f"{url} did not come up")
 
 
+def process_tree(pid: int) -> list[int]:
+    """The process and its descendants (``citegate serve --workers N``'s workers)."""
+    pids, todo = [], [pid]
+    while todo:
+        current = todo.pop()
+        pids.append(current)
+        for task in Path(f"/proc/{current}/task").iterdir():
+            children = (task / "children").read_text().split()
+            todo.extend(int(child) for child in children)
+    return pids
+
+
+def cpu_of(pids: list[int]) -> float:
+    """User and system CPU time these processes have used (those gone count nothing)."""
+    total = 0.0
+    for pid in pids:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except FileNotFoundError:
+            continue
+        total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return total
+
+
 def cpu_seconds(pid: int) -> float:
-    """User and system CPU time the process has used."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    """User and system CPU time the process and its running descendants have used."""
+    return cpu_of(process_tree(pid))
 
 
 def own_cpu_seconds() -> float:

@@ -40,7 +40,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
 import statistics
 import subprocess
@@ -54,7 +53,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from harness import ROOT, Stack, free_port, make_database, running, wait_up
+from harness import ROOT, Stack, cpu_of, free_port, make_database, process_tree, running, wait_up
 from sqlalchemy.engine import make_url
 
 WORDS = (
@@ -208,28 +207,6 @@ class Run:
     rps: float
     cpu_ms: float  # server CPU per request
     database_cpu_ms: float
-
-
-def process_tree(pid: int) -> list[int]:
-    pids, todo = [], [pid]
-    while todo:
-        current = todo.pop()
-        pids.append(current)
-        for task in Path(f"/proc/{current}/task").iterdir():
-            children = (task / "children").read_text().split()
-            todo.extend(int(child) for child in children)
-    return pids
-
-
-def cpu_of(pids: list[int]) -> float:
-    total = 0.0
-    for pid in pids:
-        try:
-            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        except FileNotFoundError:
-            continue
-        total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-    return total
 
 
 def postgres_pids() -> list[int]:

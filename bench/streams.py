@@ -5,6 +5,7 @@ service's peak RSS, time to first event (p50/p95, against the upstream's own mea
 way), the most streams open at once, and event-loop lag. Asserts nothing.
 
     .venv/bin/python bench/streams.py [--streams 500] [--rate 100] [--deltas 100] [--pause 0.1]
+        [--workers N] [--database-url URL]
 """
 
 from __future__ import annotations
@@ -18,7 +19,15 @@ import time
 from typing import Any
 
 import aiohttp
-from harness import Stack, cpu_seconds, load_client, own_cpu_seconds, peak_rss_mib, running
+from harness import (
+    Stack,
+    cpu_seconds,
+    load_client,
+    own_cpu_seconds,
+    peak_rss_mib,
+    process_tree,
+    running,
+)
 
 
 def serve_fake(port: int, deltas: int, pause: float) -> None:
@@ -204,16 +213,21 @@ def main() -> None:
     parser.add_argument("--deltas", type=int, default=100)
     parser.add_argument("--pause", type=float, default=0.1)
     parser.add_argument("--database-url", help="default: a new SQLite file")
+    parser.add_argument("--workers", type=int, default=1)
     parser.add_argument("--serve-fake", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve_fake:
         serve_fake(args.serve_fake, args.deltas, args.pause)
         return
     fake_args = ("--deltas", str(args.deltas), "--pause", str(args.pause))
-    with running(args.database_url, __file__, *fake_args) as stack:
+    serve_args = ("--workers", str(args.workers)) if args.workers > 1 else ()
+    with running(args.database_url, __file__, *fake_args, serve_args=serve_args) as stack:
         assert stack.fake is not None
         asyncio.run(measure(stack, args.streams, args.rate, args.deltas))
-        print(f"database: {stack.database}; service peak RSS: {peak_rss_mib(stack.pid):.0f} MiB")
+        # With --workers, the supervisor's children: the workers (and multiprocessing's helper).
+        processes = process_tree(stack.pid)[1:] or [stack.pid]
+        rss = ", ".join(f"{peak_rss_mib(pid):.0f}" for pid in processes)
+        print(f"database: {stack.database}; {args.workers} worker(s); peak RSS: {rss} MiB")
 
 
 if __name__ == "__main__":
