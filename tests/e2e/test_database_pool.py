@@ -130,3 +130,59 @@ def test_a_connection_the_server_closed_is_replaced_before_it_is_used(
     asyncio.run(admin.dispose())
     assert seen[0] == 200 and seen[1] >= 1  # a connection was there, and was closed
     assert seen[2:] == [200, 200]
+
+
+def test_answers_one_at_a_time_reuse_the_connection_used_last(
+    settings: Settings, database_url: str
+) -> None:
+    """After a burst has opened several connections, answers asked one at a time all go to
+    the connection given back last (the pool is last in, first out): it never sits idle past
+    the ping window, so it is not pinged before each use, where rotating through the pool
+    left every connection idle that long at a low rate (three round trips more per answer)."""
+    if not database_url.startswith("postgresql"):
+        pytest.skip("the pool is PostgreSQL's: on SQLite a worker has one connection")
+    app = create_app(
+        settings.model_copy(
+            update={"database_pool_size": 3, "database_ping_after_idle_seconds": 0.3}
+        )
+    )
+    admin = create_engine(database_url, poolclass=NullPool)
+
+    async def sql(statement: str, **values: Any) -> Any:
+        async with admin.connect() as connection:
+            return (await connection.execute(text(statement), values)).scalar()
+
+    app_backends = (
+        "FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        " AND backend_start >= :since"
+    )
+
+    async def requests(base_url: str, since: Any) -> tuple[int, int, list[int]]:
+        async with httpx.AsyncClient(base_url=base_url, timeout=60) as http:
+            stored = await http.post(
+                "/v1/documents",
+                json={"source": {"type": "text", "data": "The grass is green. The sky is blue."}},
+            )
+            ask = {"question": "What colour is the grass?", "document_ids": [stored.json()["id"]]}
+            await asyncio.gather(*(http.post("/v1/answers", json=ask) for _ in range(12)))
+            await asyncio.sleep(0.5)  # every connection back in the pool, idle
+            opened = await sql(f"SELECT count(*) {app_backends}", since=since)
+            mark = await sql("SELECT clock_timestamp()")
+            statuses = []
+            for _ in range(6):
+                statuses.append((await http.post("/v1/answers", json=ask)).status_code)
+                await asyncio.sleep(
+                    0.15
+                )  # half the window: one connection in turn would idle past it
+            used = await sql(
+                f"SELECT count(*) {app_backends} AND state_change >= :mark", since=since, mark=mark
+            )
+        return opened, used, statuses
+
+    since = asyncio.run(sql("SELECT now()"))
+    with Served(app) as served:
+        opened, used, statuses = asyncio.run(requests(served.base_url, since))
+    asyncio.run(admin.dispose())
+    assert statuses == [200] * 6
+    assert opened >= 2  # the pool had connections to choose from
+    assert used == 1
