@@ -50,9 +50,11 @@ def process_tree(pid: int) -> list[int]:
     while todo:
         current = todo.pop()
         pids.append(current)
-        for task in Path(f"/proc/{current}/task").iterdir():
-            children = (task / "children").read_text().split()
-            todo.extend(int(child) for child in children)
+        try:
+            for task in Path(f"/proc/{current}/task").iterdir():
+                todo.extend(int(child) for child in (task / "children").read_text().split())
+        except OSError:  # a thread (or the process) ended meanwhile
+            continue
     return pids
 
 
@@ -85,8 +87,11 @@ def load_client(stack: Stack, timeout: float, max_connections: int) -> aiohttp.C
     API over aiohttp, reading 1,000 streams took the client half a core)."""
     return aiohttp.ClientSession(
         headers=stack.headers,
-        timeout=aiohttp.ClientTimeout(total=timeout),
-        connector=aiohttp.TCPConnector(limit=max_connections),
+        # A stream may last longer than ``timeout``; a silence, a connection may not.
+        timeout=aiohttp.ClientTimeout(total=None, sock_read=timeout, sock_connect=timeout),
+        # Idle connections let go of before uvicorn's 5 s: a request sent on one the server
+        # is just closing fails.
+        connector=aiohttp.TCPConnector(limit=max_connections, keepalive_timeout=4),
     )
 
 

@@ -136,9 +136,9 @@ def test_answers_one_at_a_time_reuse_the_connection_used_last(
     settings: Settings, database_url: str
 ) -> None:
     """After a burst has opened several connections, answers asked one at a time all go to
-    the connection given back last (the pool is last in, first out): it never sits idle past
-    the ping window, so it is not pinged before each use, where rotating through the pool
-    left every connection idle that long at a low rate (three round trips more per answer)."""
+    the connection given back last (the pool is last in, first out), so at a low rate it
+    never sits idle past the ping window; rotating through the pool left every connection
+    idle that long, each pinged (three round trips) before its next use."""
     if not database_url.startswith("postgresql"):
         pytest.skip("the pool is PostgreSQL's: on SQLite a worker has one connection")
     app = create_app(
