@@ -17,8 +17,9 @@ from fastapi import FastAPI, Request, Response
 from fastapi.responses import StreamingResponse
 
 
-def create_app(upstream: str) -> FastAPI:
-    client = httpx.AsyncClient(base_url=upstream, timeout=60, limits=httpx.Limits())
+def create_app(upstream: str, max_connections: int = 100) -> FastAPI:
+    limits = httpx.Limits(max_connections=max_connections)  # httpx's default: 100
+    client = httpx.AsyncClient(base_url=upstream, timeout=60, limits=limits)
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
@@ -62,9 +63,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--upstream", required=True)
+    parser.add_argument("--max-connections", type=int, default=100)
     args = parser.parse_args()
     uvicorn.run(
-        create_app(args.upstream),
+        create_app(args.upstream, args.max_connections),
         host="127.0.0.1",
         port=args.port,
         log_level="warning",

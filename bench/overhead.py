@@ -445,13 +445,19 @@ def soak(stack: Stack, answers: int) -> None:
 
 
 @contextmanager
-def forwarding(upstream: str, wrap: tuple[str, ...] = ()) -> Iterator[tuple[str, int]]:
-    """bench/forwarder.py in its own process in front of ``upstream`` (under ``wrap``, a
-    command, when given): its URL and pid."""
+def forwarding(
+    upstream: str,
+    wrap: tuple[str, ...] = (),
+    script: str = "forwarder.py",
+    args: tuple[str, ...] = (),
+) -> Iterator[tuple[str, int]]:
+    """bench/forwarder.py (or another ``script`` of bench/ that takes --port and --upstream,
+    and ``args``) in its own process in front of ``upstream``, under ``wrap``, a command, when
+    given: its URL and pid."""
     port = free_port()
-    script = Path(__file__).with_name("forwarder.py")
+    path = Path(__file__).with_name(script)
     forwarder = subprocess.Popen(
-        [*wrap, sys.executable, str(script), "--port", str(port), "--upstream", upstream]
+        [*wrap, sys.executable, str(path), "--port", str(port), "--upstream", upstream, *args]
     )
     try:
         wait_up(f"http://127.0.0.1:{port}/healthz")

@@ -5,7 +5,7 @@ service's peak RSS, time to first event (p50/p95, against the upstream's own mea
 way), the most streams open at once, and event-loop lag. Asserts nothing.
 
     .venv/bin/python bench/streams.py [--streams 500] [--rate 100] [--deltas 100] [--pause 0.1]
-        [--workers N] [--database-url URL]
+        [--workers N] [--relays] [--database-url URL]
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from harness import (
     process_tree,
     running,
 )
+from overhead import forwarding
 
 
 def serve_fake(port: int, deltas: int, pause: float) -> None:
@@ -86,7 +87,16 @@ def serve_fake(port: int, deltas: int, pause: float) -> None:
         return StreamingResponse(trickle(), media_type="text/event-stream")
 
     app = Starlette(routes=[Route("/v1/messages", messages, methods=["POST"])])
-    uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning", backlog=4096)
+    # Idle connections kept for the whole run, as bench/overhead.py's fake keeps them: closed
+    # after uvicorn's 5 s, one may close just as a client sends on it.
+    uvicorn.run(
+        app,
+        host="127.0.0.1",
+        port=port,
+        log_level="warning",
+        backlog=4096,
+        timeout_keep_alive=3600,
+    )
 
 
 class Open:
@@ -152,7 +162,44 @@ def lag_from_metrics(text: str) -> tuple[float, float, float]:
     return total / count * 1000, p99 * 1000, worst * 1000
 
 
-async def measure(stack: Stack, streams: int, rate: float, deltas: int) -> None:
+async def relays(stack: Stack, streams: int, rate: float, deltas: int, base: list[float]) -> None:
+    """The same streams through the bare forwarder (FastAPI and httpx, bytes passed through)
+    and through bench/relay.py (no framework: what relaying costs on this machine at least)."""
+    assert stack.fake is not None
+    for script, args in (
+        ("forwarder.py", ("--max-connections", str(streams + 10))),
+        ("relay.py", ()),
+    ):
+        with forwarding(stack.fake, script=script, args=args) as (url, pid):
+            async with load_client(stack, timeout=120, max_connections=streams + 10) as client:
+                await asyncio.gather(
+                    *(first_event(client, f"{url}/v1/messages", DIRECT) for _ in range(20))
+                )
+                cpu = cpu_seconds(pid)
+                firsts = await asyncio.gather(
+                    *(
+                        first_event(client, f"{url}/v1/messages", DIRECT, n / rate)
+                        for n in range(streams)
+                    )
+                )
+                cpu = cpu_seconds(pid) - cpu
+        print(
+            f"bench/{script}: time to first event p50 {percentile(firsts, 50) * 1000:.0f} ms, "
+            f"p95 {percentile(firsts, 95) * 1000:.0f} ms (added p95 "
+            f"{(percentile(firsts, 95) - percentile(base, 95)) * 1000:.0f} ms); CPU {cpu:.1f} s, "
+            f"{cpu / (streams * (deltas + 6)) * 1e6:.0f} us per relayed upstream event"
+        )
+
+
+DIRECT = {
+    "model": "m",
+    "max_tokens": 10,
+    "stream": True,
+    "messages": [{"role": "user", "content": "x"}],
+}
+
+
+async def measure(stack: Stack, streams: int, rate: float, deltas: int, also: bool) -> None:
     citegate, fake, pid = stack.citegate, stack.fake, stack.pid
     assert fake is not None and stack.fake_pid is not None
     # With 500 streams open, the client's own full garbage collections paused it for 100+ ms,
@@ -168,17 +215,11 @@ async def measure(stack: Stack, streams: int, rate: float, deltas: int) -> None:
         assert created.status == 201, await created.text()
         document = await created.json()
         ask = {"question": "Colours?", "document_ids": [document["id"]], "stream": True}
-        direct = {
-            "model": "m",
-            "max_tokens": 10,
-            "stream": True,
-            "messages": [{"role": "user", "content": "x"}],
-        }
         await asyncio.gather(
             *(first_event(client, f"{citegate}/v1/answers", ask) for _ in range(20))
         )
         base = await asyncio.gather(
-            *(first_event(client, f"{fake}/v1/messages", direct, n / rate) for n in range(streams))
+            *(first_event(client, f"{fake}/v1/messages", DIRECT, n / rate) for n in range(streams))
         )
         upstream_most, Open.most = Open.most, 0
         cpu = cpu_seconds(pid)
@@ -211,6 +252,8 @@ async def measure(stack: Stack, streams: int, rate: float, deltas: int) -> None:
     )
     mean, p99, worst = lag_from_metrics(after)
     print(f"event-loop lag: mean {mean:.1f} ms, p99 <= {p99:.0f} ms, max <= {worst:.0f} ms")
+    if also:
+        await relays(stack, streams, rate, deltas, base)
 
 
 def main() -> None:
@@ -221,6 +264,11 @@ def main() -> None:
     parser.add_argument("--pause", type=float, default=0.1)
     parser.add_argument("--database-url", help="default: a new SQLite file")
     parser.add_argument("--workers", type=int, default=1)
+    parser.add_argument(
+        "--relays",
+        action="store_true",
+        help="also the same streams through bench/forwarder.py and bench/relay.py",
+    )
     parser.add_argument("--serve-fake", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve_fake:
@@ -230,7 +278,7 @@ def main() -> None:
     serve_args = ("--workers", str(args.workers)) if args.workers > 1 else ()
     with running(args.database_url, __file__, *fake_args, serve_args=serve_args) as stack:
         assert stack.fake is not None
-        asyncio.run(measure(stack, args.streams, args.rate, args.deltas))
+        asyncio.run(measure(stack, args.streams, args.rate, args.deltas, args.relays))
         # With --workers, the supervisor's children: the workers (and multiprocessing's helper).
         processes = process_tree(stack.pid)[1:] if args.workers > 1 else [stack.pid]
         rss = ", ".join(f"{peak_rss_mib(pid):.0f}" for pid in processes)
