@@ -162,6 +162,15 @@ def lag_from_metrics(text: str) -> tuple[float, float, float]:
     return total / count * 1000, p99 * 1000, worst * 1000
 
 
+# The Messages request sent straight to the fake and through the baselines.
+DIRECT = {
+    "model": "m",
+    "max_tokens": 10,
+    "stream": True,
+    "messages": [{"role": "user", "content": "x"}],
+}
+
+
 async def relays(stack: Stack, streams: int, rate: float, deltas: int, base: list[float]) -> None:
     """The same streams through the bare forwarder (FastAPI and httpx, bytes passed through)
     and through bench/relay.py (no framework: what relaying costs on this machine at least)."""
@@ -191,15 +200,7 @@ async def relays(stack: Stack, streams: int, rate: float, deltas: int, base: lis
         )
 
 
-DIRECT = {
-    "model": "m",
-    "max_tokens": 10,
-    "stream": True,
-    "messages": [{"role": "user", "content": "x"}],
-}
-
-
-async def measure(stack: Stack, streams: int, rate: float, deltas: int, also: bool) -> None:
+async def measure(stack: Stack, streams: int, rate: float, deltas: int, with_relays: bool) -> None:
     citegate, fake, pid = stack.citegate, stack.fake, stack.pid
     assert fake is not None and stack.fake_pid is not None
     # With 500 streams open, the client's own full garbage collections paused it for 100+ ms,
@@ -252,7 +253,7 @@ async def measure(stack: Stack, streams: int, rate: float, deltas: int, also: bo
     )
     mean, p99, worst = lag_from_metrics(after)
     print(f"event-loop lag: mean {mean:.1f} ms, p99 <= {p99:.0f} ms, max <= {worst:.0f} ms")
-    if also:
+    if with_relays:
         await relays(stack, streams, rate, deltas, base)
 
 
