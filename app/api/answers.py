@@ -13,7 +13,7 @@ from starlette.background import BackgroundTask
 from app.answers import service
 from app.answers.schemas import STREAM_EVENT_DATA, AnswerOut, AnswerRequest, TokenCount
 from app.answers.streaming import Event
-from app.api.deps import PdfPagesDep, PrincipalDep, SessionDep, TenantDep
+from app.api.deps import PdfPagesDep, PrincipalDep, RequestSession, SessionDep, TenantDep
 from app.api.event_stream import EventStream, server_sent
 from app.api.problems import (
     AUTH_PROBLEMS,
@@ -109,11 +109,13 @@ _STREAM_DESCRIPTION = (
         **problems(*BODY_PROBLEMS, 404, 409, *UPSTREAM_PROBLEMS),
     },
 )
-async def create_answer(
-    body: AnswerRequest, session: SessionDep, principal: PrincipalDep, context: ContextDep
-) -> Response:
+async def create_answer(body: AnswerRequest, request: Request, principal: PrincipalDep) -> Response:
+    # The session and the context are not dependencies: each dependency costs FastAPI tens of
+    # microseconds to solve, a session's (with ``yield``) more (``RequestSession``).
+    context: service.AnswerContext = request.app.state.answer_context
     if body.stream:
-        relayed = await service.open_stream(session, principal, body, context)
+        async with RequestSession(request) as session:
+            relayed = await service.open_stream(session, principal, body, context)
         return EventStream(
             _written(relayed.events()),
             ping=context.settings.sse_keepalive_seconds,
@@ -121,7 +123,8 @@ async def create_answer(
             # Stores and frees what a stream that was never read (or cut short) still holds.
             background=BackgroundTask(relayed.close),
         )
-    answer = await service.create_answer(session, principal, body, context)
+    async with RequestSession(request) as session:
+        answer = await service.create_answer(session, principal, body, context)
     return OrjsonResponse(service.answer_payload(answer))
 
 

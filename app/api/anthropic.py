@@ -22,7 +22,13 @@ from app.answers import service as answers
 from app.answers.service import RelayedAnswer
 from app.api.answers import ContextDep
 from app.api.batches import PollerDep
-from app.api.deps import AnthropicPrincipalDep, SessionDep, SettingsDep, SourceCacheDep
+from app.api.deps import (
+    AnthropicPrincipalDep,
+    RequestSession,
+    SessionDep,
+    SettingsDep,
+    SourceCacheDep,
+)
 from app.api.documents import content_response, store_uploaded_file
 from app.api.event_stream import EventStream, server_sent
 from app.batches import service as batches
@@ -62,11 +68,12 @@ async def _parsed(request: Request, *, create: bool) -> MessagesRequest:
 
 
 @router.post("/messages", operation_id="anthropicCreateMessage")
-async def create_message(
-    request: Request, session: SessionDep, principal: AnthropicPrincipalDep, context: ContextDep
-) -> Response:
+async def create_message(request: Request, principal: AnthropicPrincipalDep) -> Response:
+    # The session and the context are not dependencies, as for /v1/answers (RequestSession).
+    context: answers.AnswerContext = request.app.state.answer_context
     parsed = await _parsed(request, create=True)
-    prepared = await service.prepare(session, principal.tenant_id, parsed, context)
+    async with RequestSession(request) as session:
+        prepared = await service.prepare(session, principal.tenant_id, parsed, context)
     headers = service.upstream_headers(request.headers)
     if parsed.stream:
         relayed = await answers.open_relay(context, principal, prepared, headers)
@@ -100,11 +107,11 @@ async def _relayed(relayed: RelayedAnswer) -> AsyncIterator[bytes]:
 
 
 @router.post("/messages/count_tokens", operation_id="anthropicCountMessageTokens")
-async def count_message_tokens(
-    request: Request, session: SessionDep, principal: AnthropicPrincipalDep, context: ContextDep
-) -> Response:
+async def count_message_tokens(request: Request, principal: AnthropicPrincipalDep) -> Response:
+    context: answers.AnswerContext = request.app.state.answer_context
     parsed = await _parsed(request, create=False)
-    prepared = await service.prepare(session, principal.tenant_id, parsed, context)
+    async with RequestSession(request) as session:
+        prepared = await service.prepare(session, principal.tenant_id, parsed, context)
     headers = service.upstream_headers(request.headers)
     tokens = await context.upstream.count_tokens(prepared.request, headers)
     return Response(orjson.dumps({"input_tokens": tokens}), media_type="application/json")

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import Annotated
 
+import anyio
 from fastapi import Depends, Query, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -25,16 +26,32 @@ _bearer = HTTPBearer(
 )
 
 
+class RequestSession:
+    """``async with RequestSession(request) as session``: a session of the app's database, closed
+    at the end when it began a transaction. A session holds a connection only inside one: a
+    session that never began one (an answer whose key and documents were cached) has nothing
+    to give back, and closing it anyway costs a task and a greenlet of SQLAlchemy's async
+    layer, every request. The answer routes open theirs so, not through ``SessionDep``:
+    FastAPI's dependency with ``yield`` costs more than the session (an exit stack, a
+    shielded exit and a cancel scope a request)."""
+
+    __slots__ = ("session",)
+
+    def __init__(self, request: Request) -> None:
+        self.session: AsyncSession = request.app.state.sessions()
+
+    async def __aenter__(self) -> AsyncSession:
+        return self.session
+
+    async def __aexit__(self, *_: object) -> None:
+        if self.session.in_transaction():
+            with anyio.CancelScope(shield=True):  # as FastAPI shields a dependency's exit
+                await self.session.close()
+
+
 async def _session(request: Request) -> AsyncIterator[AsyncSession]:
-    session: AsyncSession = request.app.state.sessions()
-    try:
+    async with RequestSession(request) as session:
         yield session
-    finally:
-        # A session holds a connection only inside a transaction. One that never began one (an
-        # answer whose key and documents were cached) has nothing to give back, and closing
-        # it anyway costs a task and a greenlet of SQLAlchemy's async layer, every request.
-        if session.in_transaction():
-            await session.close()
 
 
 # Dependencies are coroutines even when they do not await: FastAPI runs a plain function in a
@@ -62,14 +79,15 @@ SourceCacheDep = Annotated[SourceCache, Depends(_source_cache)]
 
 async def require_principal(
     request: Request,
-    session: SessionDep,
     credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
 ) -> Principal:
-    """The caller, from its API key; counts the request against the key's limit."""
+    """The caller, from its API key; counts the request against the key's limit. The key is
+    looked up in a session of its own, only when the key cache does not hold it."""
     if credentials is None and "authorization" in request.headers:
         raise Unauthorized  # a header that is not "Bearer <key>"
     presented = credentials.credentials if credentials else None
-    principal = await authenticate(session, presented, request.app.state.key_cache)
+    cache: KeyCache = request.app.state.key_cache
+    principal = await authenticate(request.app.state.sessions, presented, cache)
     return await _admit(request, principal)
 
 
@@ -83,7 +101,7 @@ async def _admit(request: Request, principal: Principal | None) -> Principal:
     return principal
 
 
-async def require_anthropic_principal(request: Request, session: SessionDep) -> Principal:
+async def require_anthropic_principal(request: Request) -> Principal:
     """The caller of the Anthropic-compatible API: the key of ``x-api-key`` (what the SDKs
     send) or of ``Authorization: Bearer``. While no key exists the service is open, and an
     SDK, which cannot send no key, is let in with whatever it sends."""
@@ -94,8 +112,9 @@ async def require_anthropic_principal(request: Request, session: SessionDep) -> 
             raise Unauthorized
         presented = credentials.strip()
     cache: KeyCache = request.app.state.key_cache
-    principal = await authenticate(session, presented, cache)
-    if principal is None and presented is not None and not await cache.any_key_exists(session):
+    sessions = request.app.state.sessions
+    principal = await authenticate(sessions, presented, cache)
+    if principal is None and presented is not None and not await cache.any_key_exists(sessions):
         principal = Principal(DEFAULT_TENANT_ID, None)
     return await _admit(request, principal)
 
@@ -120,6 +139,7 @@ __all__ = [
     "LimitQuery",
     "PdfPagesDep",
     "PrincipalDep",
+    "RequestSession",
     "SessionDep",
     "SettingsDep",
     "SourceCacheDep",

@@ -23,6 +23,10 @@ from app.db.models import DEFAULT_TENANT_ID, ApiKey, Tenant, utcnow
 from app.errors import ErrorCode, NotFound
 from app.ids import new_id
 
+# A session factory (``async_sessionmaker``): what authentication reads, it reads in a session
+# of its own, opened only when the cache does not know the answer.
+Sessions = Callable[[], AsyncSession]
+
 KEY_PREFIX = "cg_"
 PREFIX_LENGTH = 12
 _MAX_KEY_LENGTH = 256
@@ -134,17 +138,20 @@ class KeyCache:
         self._principals: TTLCache[str, Principal] = TTLCache(size, recheck_seconds, clock)
         self._any_key: TTLCache[None, bool] = TTLCache(1, recheck_seconds, clock)
 
-    async def any_key_exists(self, session: AsyncSession) -> bool:
+    async def any_key_exists(self, sessions: Sessions) -> bool:
         exists = self._any_key.get(None)
         if exists is None:
-            exists = self._any_key[None] = await any_key_exists(session)
+            async with sessions() as session:
+                exists = self._any_key[None] = await any_key_exists(session)
         return exists
 
-    async def principal(self, session: AsyncSession, digest: str) -> Principal | None:
-        """The principal behind the key with this SHA-256 digest; None when unknown or revoked."""
+    async def principal(self, sessions: Sessions, digest: str) -> Principal | None:
+        """The principal behind the key with this SHA-256 digest; None when unknown or revoked.
+        A session of ``sessions`` is opened only when the cache does not hold the key."""
         principal = self._principals.get(digest)
         if principal is None:
-            row = (await session.execute(_KEY_BY_HASH, {"digest": digest})).first()
+            async with sessions() as session:
+                row = (await session.execute(_KEY_BY_HASH, {"digest": digest})).first()
             if (
                 row is None
                 or not hmac.compare_digest(row.key_hash, digest)
@@ -156,16 +163,16 @@ class KeyCache:
 
 
 async def authenticate(
-    session: AsyncSession, presented: str | None, cache: KeyCache
+    sessions: Sessions, presented: str | None, cache: KeyCache
 ) -> Principal | None:
     """The principal behind the Authorization header's key, or None when it must be refused.
 
     ``presented`` is None when no Authorization header came: allowed only while no key exists.
     """
     if presented is None:
-        if await cache.any_key_exists(session):
+        if await cache.any_key_exists(sessions):
             return None
         return Principal(DEFAULT_TENANT_ID, None)
     if not presented or len(presented) > _MAX_KEY_LENGTH:
         return None
-    return await cache.principal(session, hash_key(presented))
+    return await cache.principal(sessions, hash_key(presented))

@@ -54,7 +54,10 @@ def test_many_answers_at_once_share_a_pool_of_two(
 def test_every_request_gives_its_connection_back(settings: Settings) -> None:
     """Whether its session ran queries, failed, or was never used (an answer whose key and
     documents were cached), each request's connection goes back to the pool. (Soon after its
-    response, not before it: a dependency's end may run once the response is sent.)"""
+    response, not before it: a dependency's end may run once the response is sent.) The
+    answer routes open their session themselves, not through a dependency: refused after a
+    query (an unknown document), streamed, or asked through the Anthropic-compatible API, they
+    give it back too."""
     app = create_app(settings)
 
     async def requests(base_url: str) -> list[tuple[int, int]]:
@@ -81,6 +84,19 @@ def test_every_request_gives_its_connection_back(settings: Settings) -> None:
                 seen.append((answer.status_code, await checked_out()))
             fetched = await http.get(f"/v1/answers/{answer.json()['id']}")
             seen.append((fetched.status_code, await checked_out()))
+            unknown = await http.post("/v1/answers", json={**ask, "document_ids": ["doc_missing"]})
+            seen.append((unknown.status_code, await checked_out()))
+            streamed = await http.post("/v1/answers", json={**ask, "stream": True})
+            assert "event: answer.done" in streamed.text
+            seen.append((streamed.status_code, await checked_out()))
+            block = {"type": "document", "source": {"type": "file", "file_id": "doc_missing"}}
+            message = {
+                "model": "claude-sonnet-4-5",
+                "max_tokens": 100,
+                "messages": [{"role": "user", "content": [block, {"type": "text", "text": "?"}]}],
+            }
+            compatible = await http.post("/anthropic/v1/messages", json=message)
+            seen.append((compatible.status_code, await checked_out()))
             missing = await http.get("/v1/documents/doc_missing")
             seen.append((missing.status_code, await checked_out()))
             listed = await http.get("/v1/documents")
@@ -89,7 +105,18 @@ def test_every_request_gives_its_connection_back(settings: Settings) -> None:
 
     with Served(app) as served:
         seen = asyncio.run(requests(served.base_url))
-    assert seen == [(201, 0), (200, 0), (200, 0), (200, 0), (200, 0), (404, 0), (200, 0)]
+    assert seen == [
+        (201, 0),
+        (200, 0),
+        (200, 0),
+        (200, 0),
+        (200, 0),
+        (404, 0),
+        (200, 0),
+        (404, 0),
+        (404, 0),
+        (200, 0),
+    ]
 
 
 def test_a_connection_the_server_closed_is_replaced_before_it_is_used(

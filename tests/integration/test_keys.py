@@ -8,6 +8,7 @@ import secrets
 from typing import Any
 
 from sqlalchemy import func, select
+from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.auth import keys
 from app.db.engine import create_engine, create_session_factory, run_in_session
@@ -47,9 +48,23 @@ class Remembering:
         self.database_url = database_url
         self.now = 1000.0
         self.cache = keys.KeyCache(seconds, lambda: self.now)
+        self.sessions_opened = 0
 
     def check(self, key: str | None) -> keys.Principal | None:
-        return run_in_session(self.database_url, lambda s: keys.authenticate(s, key, self.cache))
+        async def run() -> keys.Principal | None:
+            engine = create_engine(self.database_url)
+            sessions = create_session_factory(engine)
+
+            def opening() -> AsyncSession:
+                self.sessions_opened += 1
+                return sessions()
+
+            try:
+                return await keys.authenticate(opening, key, self.cache)
+            finally:
+                await engine.dispose()
+
+        return asyncio.run(run())
 
     def make_key(self, key: str | None = None) -> tuple[str, str]:
         row, made = run_in_session(self.database_url, lambda s: keys.create_key(s, "them", key))
@@ -67,9 +82,11 @@ def test_a_revoked_key_works_until_the_cache_forgets_it(client: Any, database_ur
     key_id, key = auth.make_key()
     principal = auth.check(key)
     assert principal is not None and principal.key_id == key_id
+    assert auth.sessions_opened == 1
     auth.revoke(key_id)
     auth.now = 1004.9
     assert auth.check(key) == principal
+    assert auth.sessions_opened == 1  # remembered: the database was not asked again
     auth.now = 1005.0
     assert auth.check(key) is None
     assert auth.check(key) is None  # and the refusal stands
