@@ -7,8 +7,9 @@ the response is this one rather than sse-starlette's ``EventSourceResponse``, wh
 stream in a task group of three tasks behind a lock and cancels them all at its end: per stream
 that was a fifth of Citegate's own CPU, and the cancelled tasks left some 300 objects in
 reference cycles holding the response and its relay until a full collection (issue 20's
-profile). Here the events are sent by the request's own task; a second task only waits for
-``http.disconnect``, and ends by itself once the response is complete. Pings come from a timer
+profile). Here the events are sent by one task, the stream's own (``EventStream.__call__``
+says why not the request's); a second task only waits for ``http.disconnect``, and ends by
+itself once the response is complete. Pings come from a timer
 (a task sends one only when a silence is due one), and the send timeout from another, so a send
 costs no cancel scope, no lock and no task switch.
 """
@@ -84,6 +85,18 @@ class EventStream(Response):
         assert content is not None, "a stream is sent once"
         # Hold nothing of the answer once it has been sent: the response may outlive it.
         self.body_iterator = self.background = None
+        # Sent by a task of its own: each event resumes the coroutines of the task that awaits
+        # it, and the request's task would resume every middleware and router above this one
+        # too (4 % of an event's instructions). Cancelling the request cancels this task.
+        await asyncio.ensure_future(self._stream(content, background, receive, send))
+
+    async def _stream(
+        self,
+        content: AsyncIterator[bytes],
+        background: BackgroundTask | None,
+        receive: Receive,
+        send: Send,
+    ) -> None:
         sender = _Sender(send, self.ping, self.send_timeout)
         listener = asyncio.ensure_future(_disconnected(receive))
         try:
