@@ -2,7 +2,10 @@
 a fake upstream (its own process, on 127.0.0.1) that trickles tokens for about 10 s each. The
 streams start at --rate per second, so that all N are open together at the peak. Prints the
 service's peak RSS, time to first event (p50/p95, against the upstream's own measured the same
-way), the most streams open at once, and event-loop lag. Asserts nothing.
+way), the most streams open at once, event-loop lag, and the busiest second of the event loop's
+thread: near 100 % of a core, events queue and the p95 is a wait (the same code then measures
+seconds on one run and tens of milliseconds on the next); well below, it is the work. Asserts
+nothing.
 
     .venv/bin/python bench/streams.py [--streams 500] [--rate 100] [--deltas 100] [--pause 0.1]
         [--workers N] [--relays] [--database-url URL]
@@ -12,10 +15,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import gc
 import json
+import os
 import statistics
 import time
+from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -143,6 +149,52 @@ def percentile(values: list[float], q: int) -> float:
     return statistics.quantiles(values, n=100, method="inclusive")[q - 1]
 
 
+def serving(pid: int) -> list[int]:
+    """The processes that serve: with --workers, the supervisor's children (the workers, and
+    multiprocessing's helper); else the service itself."""
+    return process_tree(pid)[1:] or [pid]
+
+
+def loop_cpu(pid: int) -> float:
+    """CPU seconds of a process's main thread, which runs its event loop (aiosqlite's thread
+    and the workers of a thread pool left out)."""
+    fields = Path(f"/proc/{pid}/task/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+class BusiestSecond:
+    """While open: the most CPU any one of these processes' event loops used in a second,
+    as a share of a core (read every quarter second). An event loop is one thread: near
+    100 %, events queue behind each other, and the time to first event grows with the queue
+    rather than with the work, so this says whether a run's p95 is a wait or work."""
+
+    def __init__(self, pids: list[int]) -> None:
+        self._pids = pids
+        self.share = 0.0
+        self._task: asyncio.Task[None] | None = None
+
+    async def __aenter__(self) -> BusiestSecond:
+        self._task = asyncio.create_task(self._watch())
+        return self
+
+    async def __aexit__(self, *_: object) -> None:
+        assert self._task is not None
+        self._task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._task
+
+    async def _watch(self) -> None:
+        seen: list[tuple[float, list[float]]] = []
+        while True:
+            seen.append((time.perf_counter(), [loop_cpu(pid) for pid in self._pids]))
+            seen = seen[-5:]  # four quarters: one second
+            (began, before), (now, after) = seen[0], seen[-1]
+            if now - began >= 0.95:
+                used = max(b - a for a, b in zip(before, after, strict=True))
+                self.share = max(self.share, used / (now - began))
+            await asyncio.sleep(0.25)
+
+
 def lag_from_metrics(text: str) -> tuple[float, float, float]:
     """(mean, p99 upper bound, max bucket seen) of the event-loop lag histogram, in ms."""
     buckets: list[tuple[float, float]] = []
@@ -185,24 +237,27 @@ async def relays(stack: Stack, streams: int, rate: float, deltas: int, base: lis
                     *(first_event(client, f"{url}/v1/messages", DIRECT) for _ in range(20))
                 )
                 cpu = cpu_seconds(pid)
-                firsts = await asyncio.gather(
-                    *(
-                        first_event(client, f"{url}/v1/messages", DIRECT, n / rate)
-                        for n in range(streams)
+                async with BusiestSecond([pid]) as busiest:
+                    firsts = await asyncio.gather(
+                        *(
+                            first_event(client, f"{url}/v1/messages", DIRECT, n / rate)
+                            for n in range(streams)
+                        )
                     )
-                )
                 cpu = cpu_seconds(pid) - cpu
         print(
             f"bench/{script}: time to first event p50 {percentile(firsts, 50) * 1000:.0f} ms, "
             f"p95 {percentile(firsts, 95) * 1000:.0f} ms (added p95 "
             f"{(percentile(firsts, 95) - percentile(base, 95)) * 1000:.0f} ms); CPU {cpu:.1f} s, "
-            f"{cpu / (streams * (deltas + 6)) * 1e6:.0f} us per relayed upstream event"
+            f"{cpu / (streams * (deltas + 6)) * 1e6:.0f} us per relayed upstream event; its "
+            f"event loop's busiest second {busiest.share * 100:.0f}% of a core"
         )
 
 
 async def measure(stack: Stack, streams: int, rate: float, deltas: int, with_relays: bool) -> None:
     citegate, fake, pid = stack.citegate, stack.fake, stack.pid
     assert fake is not None and stack.fake_pid is not None
+    loops = serving(pid)
     # With 500 streams open, the client's own full garbage collections paused it for 100+ ms,
     # which showed up as Citegate's time to first event: no collector while measuring.
     gc.collect()
@@ -226,9 +281,13 @@ async def measure(stack: Stack, streams: int, rate: float, deltas: int, with_rel
         cpu = cpu_seconds(pid)
         others = cpu_seconds(stack.fake_pid), own_cpu_seconds()
         started = time.perf_counter()
-        ours = await asyncio.gather(
-            *(first_event(client, f"{citegate}/v1/answers", ask, n / rate) for n in range(streams))
-        )
+        async with BusiestSecond(loops) as busiest:
+            ours = await asyncio.gather(
+                *(
+                    first_event(client, f"{citegate}/v1/answers", ask, n / rate)
+                    for n in range(streams)
+                )
+            )
         elapsed = time.perf_counter() - started
         cpu = cpu_seconds(pid) - cpu
         fake_cpu = cpu_seconds(stack.fake_pid) - others[0]
@@ -252,7 +311,11 @@ async def measure(stack: Stack, streams: int, rate: float, deltas: int, with_rel
         f"{client_cpu / elapsed * 100:.0f}%"
     )
     mean, p99, worst = lag_from_metrics(after)
-    print(f"event-loop lag: mean {mean:.1f} ms, p99 <= {p99:.0f} ms, max <= {worst:.0f} ms")
+    print(
+        f"event-loop lag: mean {mean:.1f} ms, p99 <= {p99:.0f} ms, max <= {worst:.0f} ms; "
+        f"busiest second {busiest.share * 100:.0f}% of a core"
+        + (" (the busiest worker's)" if len(loops) > 1 else "")
+    )
     if with_relays:
         await relays(stack, streams, rate, deltas, base)
 
@@ -280,9 +343,7 @@ def main() -> None:
     with running(args.database_url, __file__, *fake_args, serve_args=serve_args) as stack:
         assert stack.fake is not None
         asyncio.run(measure(stack, args.streams, args.rate, args.deltas, args.relays))
-        # With --workers, the supervisor's children: the workers (and multiprocessing's helper).
-        processes = process_tree(stack.pid)[1:] if args.workers > 1 else [stack.pid]
-        rss = ", ".join(f"{peak_rss_mib(pid):.0f}" for pid in processes)
+        rss = ", ".join(f"{peak_rss_mib(pid):.0f}" for pid in serving(stack.pid))
         print(f"database: {stack.database}; {args.workers} worker(s); peak RSS: {rss} MiB")
 
 

@@ -57,7 +57,8 @@ class Remembering:
 
             def opening() -> AsyncSession:
                 self.sessions_opened += 1
-                return sessions()
+                session: AsyncSession = sessions()
+                return session
 
             try:
                 return await keys.authenticate(opening, key, self.cache)
