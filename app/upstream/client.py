@@ -465,8 +465,13 @@ class UpstreamStream:
         # decoded so, a leading byte-order mark dropped as the specification says, not by the
         # charset httpx would look up for each response.
         text = codecs.getincrementaldecoder("utf-8-sig")(errors="replace")
+        # httpx passes decoded bytes through a decoder and a chunker, each a generator of its
+        # own, at every read: a stream sent as it is (as the Messages API sends its events) is
+        # read as it came.
+        identity = self._response.headers.get("content-encoding", "identity") == "identity"
+        chunks = self._response.aiter_raw() if identity else self._response.aiter_bytes()
         try:
-            async for chunk in self._response.aiter_bytes():
+            async for chunk in chunks:
                 batch, broken = self._frames(lines.decode(text.decode(chunk)), decoder)
                 if batch:
                     yield batch

@@ -7,6 +7,7 @@ import gc
 import json
 import time
 import weakref
+import zlib
 from collections.abc import Iterator
 from typing import Any
 
@@ -130,6 +131,27 @@ def test_fixture_stream_in_small_pieces(api: httpx.Client, fake: FakeUpstream) -
     fake.reset(Reply(events=[raw[i : i + 97] for i in range(0, len(raw), 97)]))
     events = stream(api, {"question": "News?", "document_ids": [document_id]})
     assert events[-1][0] == "answer.done"
+
+
+def test_a_compressed_stream_is_read(api: httpx.Client, fake: FakeUpstream) -> None:
+    """A stream the upstream (or a proxy before it) compressed is decoded; one sent as it is
+    is read without httpx's decoder. Both give the same answer."""
+    document_id = api.post(
+        "/v1/documents", json={"source": {"type": "text", "data": GRASS}}
+    ).json()["id"]
+    ask = {"question": "Grass?", "document_ids": [document_id]}
+    fake.reset(Reply(events=sse_message(GRASS_ANSWER)))
+    plain = stream(api, ask)
+    compressor = zlib.compressobj(wbits=31)  # gzip, flushed after each event as a proxy would
+    pieces = [
+        compressor.compress(event) + compressor.flush(zlib.Z_SYNC_FLUSH)
+        for event in sse_message(GRASS_ANSWER)
+    ] + [compressor.flush()]
+    fake.reset(Reply(events=pieces, headers={"content-encoding": "gzip"}))
+    compressed = stream(api, ask)
+    assert [name for name, _ in compressed] == [name for name, _ in plain]
+    assert compressed[-1][0] == "answer.done"
+    same_answer(compressed[-1][1], plain[-1][1])
 
 
 def _unescaped(event: bytes) -> bytes:
