@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from contextlib import aclosing
 from typing import Annotated, Any
 
 import orjson
@@ -117,7 +115,8 @@ async def create_answer(body: AnswerRequest, request: Request, principal: Princi
         async with RequestSession(request) as session:
             relayed = await service.open_stream(session, principal, body, context)
         return EventStream(
-            _written(relayed.events()),
+            relayed.events(),
+            encode=_written,
             ping=context.settings.sse_keepalive_seconds,
             send_timeout=context.settings.stream_send_timeout_seconds or None,
             # Stores and frees what a stream that was never read (or cut short) still holds.
@@ -128,11 +127,9 @@ async def create_answer(body: AnswerRequest, request: Request, principal: Princi
     return OrjsonResponse(service.answer_payload(answer))
 
 
-async def _written(batches: AsyncIterator[list[Event]]) -> AsyncIterator[bytes]:
-    # aclosing: when this generator is closed, the relay is closed now, not at GC time.
-    async with aclosing(batches):  # type: ignore[type-var]
-        async for events in batches:  # one write for each read of the upstream
-            yield server_sent((name, orjson.dumps(data).decode()) for name, data in events)
+def _written(events: list[Event]) -> bytes:
+    """The events of one read of the upstream, as one write."""
+    return server_sent((name, orjson.dumps(data).decode()) for name, data in events)
 
 
 @router.post(
