@@ -186,7 +186,10 @@ class BusiestSecond:
     async def _watch(self) -> None:
         seen: list[tuple[float, list[float]]] = []
         while True:
-            seen.append((time.perf_counter(), [loop_cpu(pid) for pid in self._pids]))
+            try:
+                seen.append((time.perf_counter(), [loop_cpu(pid) for pid in self._pids]))
+            except FileNotFoundError:  # a process has gone (a worker that crashed): no more
+                return
             seen = seen[-5:]  # four quarters: one second
             (began, before), (now, after) = seen[0], seen[-1]
             if now - began >= 0.95:

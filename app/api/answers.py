@@ -108,8 +108,9 @@ _STREAM_DESCRIPTION = (
     },
 )
 async def create_answer(body: AnswerRequest, request: Request, principal: PrincipalDep) -> Response:
-    # The session and the context are not dependencies: each dependency costs FastAPI tens of
-    # microseconds to solve, a session's (with ``yield``) more (``RequestSession``).
+    # The session and the context are not dependencies: FastAPI solves each dependency anew
+    # for every request, and a session's (with ``yield``) costs more than the session
+    # (``RequestSession``; docs/ARCHITECTURE.md has the measure).
     context: service.AnswerContext = request.app.state.answer_context
     if body.stream:
         async with RequestSession(request) as session:

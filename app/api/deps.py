@@ -10,7 +10,7 @@ from fastapi import Depends, Query, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.auth.keys import KeyCache, Principal, authenticate
+from app.auth.keys import KeyCache, Principal, Sessions, authenticate
 from app.auth.limits import KeyLimits
 from app.db.models import DEFAULT_TENANT_ID
 from app.documents.pages import PdfPages
@@ -112,7 +112,7 @@ async def require_anthropic_principal(request: Request) -> Principal:
             raise Unauthorized
         presented = credentials.strip()
     cache: KeyCache = request.app.state.key_cache
-    sessions = request.app.state.sessions
+    sessions: Sessions = request.app.state.sessions
     principal = await authenticate(sessions, presented, cache)
     if principal is None and presented is not None and not await cache.any_key_exists(sessions):
         principal = Principal(DEFAULT_TENANT_ID, None)

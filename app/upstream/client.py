@@ -465,11 +465,11 @@ class UpstreamStream:
         # decoded so, a leading byte-order mark dropped as the specification says, not by the
         # charset httpx would look up for each response.
         text = codecs.getincrementaldecoder("utf-8-sig")(errors="replace")
-        # httpx passes decoded bytes through a decoder and a chunker, each a generator of its
-        # own, at every read: a stream sent as it is (as the Messages API sends its events) is
-        # read as it came.
-        identity = self._response.headers.get("content-encoding", "identity") == "identity"
-        chunks = self._response.aiter_raw() if identity else self._response.aiter_bytes()
+        # A stream sent as it is (as the Messages API sends its events) is read as it came:
+        # aiter_bytes adds a generator, an identity decode and a second chunker to every read.
+        encoding = self._response.headers.get("content-encoding", "").strip().lower()
+        raw = encoding in ("", "identity")
+        chunks = self._response.aiter_raw() if raw else self._response.aiter_bytes()
         try:
             async for chunk in chunks:
                 batch, broken = self._frames(lines.decode(text.decode(chunk)), decoder)

@@ -134,8 +134,8 @@ def test_fixture_stream_in_small_pieces(api: httpx.Client, fake: FakeUpstream) -
 
 
 def test_a_compressed_stream_is_read(api: httpx.Client, fake: FakeUpstream) -> None:
-    """A stream the upstream (or a proxy before it) compressed is decoded; one sent as it is
-    is read without httpx's decoder. Both give the same answer."""
+    """A stream the upstream (or a proxy before it) compressed is decoded, and gives the same
+    answer as one sent as it is."""
     document_id = api.post(
         "/v1/documents", json={"source": {"type": "text", "data": GRASS}}
     ).json()["id"]
@@ -202,7 +202,7 @@ def test_an_ended_stream_keeps_no_copy_of_its_upstream_request(
         gc.enable()
 
 
-Answering = EventStream | RelayedAnswer
+Answering = (EventStream, RelayedAnswer)  # for isinstance: the classes, unsubscripted
 
 
 def test_an_ended_stream_keeps_nothing_of_its_answer(api: httpx.Client, fake: FakeUpstream) -> None:
@@ -229,7 +229,9 @@ def test_an_ended_stream_keeps_nothing_of_its_answer(api: httpx.Client, fake: Fa
         gc.enable()
 
 
-def streams_and_relays_besides(earlier: weakref.WeakSet[Answering]) -> list[str]:
+def streams_and_relays_besides(
+    earlier: weakref.WeakSet[EventStream[Any] | RelayedAnswer],
+) -> list[str]:
     """The names of the streams and relays alive but for those in ``earlier``: only names, as
     a list of the objects would keep each alive for the next look."""
     return [

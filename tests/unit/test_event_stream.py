@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
 
 import anyio
 import pytest
@@ -49,7 +50,7 @@ class Relay:
     async def background(self) -> None:
         self.background_runs += 1
 
-    def response(self, ping: float = 60, send_timeout: float | None = None) -> EventStream:
+    def response(self, ping: float = 60, send_timeout: float | None = None) -> EventStream[bytes]:
         return EventStream(
             self.body(),
             ping=ping,
@@ -62,7 +63,7 @@ Receive = Callable[[], Awaitable[Message]]
 
 
 async def serve(
-    response: EventStream,
+    response: EventStream[Any],
     send: Callable[[Message], Awaitable[None]],
     receive: Receive = never_disconnects,
 ) -> None:
@@ -235,6 +236,35 @@ async def test_a_request_the_server_cancels_still_runs_its_background() -> None:
     with pytest.raises(asyncio.CancelledError):
         await task
     assert relay.closed and relay.background_runs == 1
+
+
+async def test_a_request_cancelled_before_its_events_begin_still_closes_and_stores() -> None:
+    """The events are sent by a task of their own; a cancellation that comes before that task
+    has run a step still closes the relay and runs the background (which stores the answer)."""
+    relay = Relay(events=3)
+    body = relay.body()
+    await anext(body)  # begun, so that closing it runs its ``finally``
+    response = EventStream(body, ping=60, background=BackgroundTask(relay.background))
+    task = asyncio.get_running_loop().create_task(response(SCOPE, never_disconnects, recording([])))
+    await asyncio.sleep(0)  # the request's task has started the stream's own, not yet run
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert relay.closed and relay.background_runs == 1
+
+
+async def test_encode_makes_the_bytes_of_what_the_content_yields() -> None:
+    async def batches() -> AsyncIterator[list[tuple[str, str]]]:
+        yield [("a", "1"), ("b", "2")]
+        yield [("c", "3")]
+
+    sent: list[Message] = []
+    await serve(EventStream(batches(), encode=server_sent, ping=60), recording(sent))
+    assert bodies(sent) == [
+        b"event: a\r\ndata: 1\r\n\r\nevent: b\r\ndata: 2\r\n\r\n",
+        b"event: c\r\ndata: 3\r\n\r\n",
+        b"",
+    ]
 
 
 async def test_it_leaves_no_task_behind() -> None:
