@@ -8,6 +8,7 @@ import json
 from collections import deque
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from starlette.applications import Starlette
@@ -85,6 +86,10 @@ def error(status: int, kind: str, text: str) -> Reply:
     return Reply(status, body, {"request-id": "req_fakeerr"})
 
 
+def _iso(moment: datetime) -> str:
+    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
 @dataclass
 class FakeBatch:
     """A Message Batch: ``in_progress`` for ``polls_before_end`` polls, then ``ended`` with a
@@ -98,7 +103,9 @@ class FakeBatch:
     canceled: bool = False
     hold_after: int | None = None
     hold_seconds: float = 0.0
-    expires_at: str = "2026-12-02T09:00:00Z"
+    # A day from now, as the real API sets it: a fixed date became, once it had passed, a batch
+    # the poller gives up as expired.
+    expires_at: str = field(default_factory=lambda: _iso(datetime.now(UTC) + timedelta(days=1)))
     polls: int = 0
 
     @property
