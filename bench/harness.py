@@ -58,16 +58,27 @@ def process_tree(pid: int) -> list[int]:
     return pids
 
 
+def _stat_cpu(stat: Path) -> float:
+    """User and system CPU seconds in a /proc ``stat`` file (a process's or a thread's)."""
+    fields = stat.read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def cpu_of(pids: list[int]) -> float:
     """User and system CPU time these processes have used (those gone count nothing)."""
     total = 0.0
     for pid in pids:
         try:
-            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            total += _stat_cpu(Path(f"/proc/{pid}/stat"))
         except FileNotFoundError:
             continue
-        total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
     return total
+
+
+def loop_cpu(pid: int) -> float:
+    """CPU seconds of a process's main thread, which runs its event loop (aiosqlite's thread
+    and the workers of a thread pool left out)."""
+    return _stat_cpu(Path(f"/proc/{pid}/task/{pid}/stat"))
 
 
 def cpu_seconds(pid: int) -> float:

@@ -18,10 +18,8 @@ import asyncio
 import contextlib
 import gc
 import json
-import os
 import statistics
 import time
-from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -29,6 +27,7 @@ from harness import (
     Stack,
     cpu_seconds,
     load_client,
+    loop_cpu,
     own_cpu_seconds,
     peak_rss_mib,
     process_tree,
@@ -153,13 +152,6 @@ def serving(pid: int) -> list[int]:
     """The processes that serve: with --workers, the supervisor's children (the workers, and
     multiprocessing's helper); else the service itself."""
     return process_tree(pid)[1:] or [pid]
-
-
-def loop_cpu(pid: int) -> float:
-    """CPU seconds of a process's main thread, which runs its event loop (aiosqlite's thread
-    and the workers of a thread pool left out)."""
-    fields = Path(f"/proc/{pid}/task/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 class BusiestSecond:

@@ -9,9 +9,9 @@ that was a fifth of Citegate's own CPU, and the cancelled tasks left some 300 ob
 reference cycles holding the response and its relay until a full collection (issue 20's
 profile). Here the events are sent by one task, the stream's own (``EventStream.__call__``
 says why not the request's); a second task only waits for ``http.disconnect``, and ends by
-itself once the response is complete. Pings come from a timer
-(a task sends one only when a silence is due one), and the send timeout from another, so a send
-costs no cancel scope, no lock and no task switch.
+itself once the response is complete. Pings come from a timer (a task sends one only when a
+silence is due one), and the send timeout from another, so a send costs no cancel scope, no
+lock and no task switch.
 """
 
 from __future__ import annotations
