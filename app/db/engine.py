@@ -20,7 +20,7 @@ from sqlalchemy.ext.asyncio import (
 from sqlalchemy.pool import ConnectionPoolEntry, PoolProxiedConnection
 from sqlalchemy.util import greenlet_spawn
 
-from app.db.sqlite import one_trip_dbapi
+from app.db.sqlite import commits_itself, one_trip_dbapi
 from app.settings import Settings
 
 
@@ -122,7 +122,7 @@ def one_statement_writer(engine: AsyncEngine) -> AsyncEngine:
     """For a write that is one statement (an answer's insert), atomic by itself: on PostgreSQL
     in autocommit, one round trip where BEGIN, the statement and COMMIT made three. On SQLite
     the engine itself: switching sqlite3 to autocommit and back would cost two trips to
-    aiosqlite's thread, and the commit is one."""
+    aiosqlite's thread; ``write_one`` commits in the statement's own trip instead."""
     if engine.dialect.name == "postgresql":
         return engine.execution_options(isolation_level="AUTOCOMMIT")
     return engine
@@ -142,7 +142,8 @@ async def write_one(writer: AsyncEngine, statement: Executable, values: dict[str
 
 
 def _write_one(engine: Engine, statement: Executable, values: dict[str, Any]) -> None:
-    with engine.begin() as connection:
+    # On SQLite the statement commits on aiosqlite's thread: one trip there, not two.
+    with engine.begin() as connection, commits_itself(connection.connection.dbapi_connection):
         connection.execute(statement, values)
 
 

@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import sqlite3
 from collections import deque
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import aiosqlite
@@ -47,9 +49,10 @@ class _Ran:
 
 
 def _run(
-    connection: sqlite3.Connection, operation: str, parameters: Any, many: bool
+    connection: sqlite3.Connection, operation: str, parameters: Any, many: bool, commit: bool
 ) -> tuple[_Ran, list[Any]]:
-    """On aiosqlite's thread: the whole statement, rows included."""
+    """On aiosqlite's thread: the whole statement, rows included, and with ``commit`` the
+    transaction it began, committed."""
     cursor = connection.cursor()
     try:
         if many:
@@ -59,9 +62,12 @@ def _run(
         else:
             cursor.execute(operation, parameters)
         rows = cursor.fetchall() if cursor.description else []
-        return _Ran(cursor), rows
+        ran = _Ran(cursor)
     finally:
         cursor.close()
+    if commit and connection.in_transaction:
+        connection.commit()
+    return ran, rows
 
 
 class _OneTripCursor(AsyncAdapt_aiosqlite_cursor):
@@ -83,10 +89,12 @@ class _OneTripCursor(AsyncAdapt_aiosqlite_cursor):
 
     def _run(self, operation: Any, parameters: Any, many: bool) -> None:
         connection: aiosqlite.Connection = self._connection  # type: ignore[assignment]
+        adapted: _Connection = self._adapt_connection  # type: ignore[assignment]
+        commit, adapted.commit_next = adapted.commit_next, False
         try:
             ran, rows = await_(
                 connection._execute(  # type: ignore[no-untyped-call]
-                    _run, connection._conn, operation, parameters, many
+                    _run, connection._conn, operation, parameters, many, commit
                 )
             )
         except Exception as error:
@@ -96,8 +104,13 @@ class _OneTripCursor(AsyncAdapt_aiosqlite_cursor):
 
 
 class _Connection(AsyncAdapt_aiosqlite_connection):
-    __slots__ = ()
+    __slots__ = ("commit_next",)
     _cursor_cls = _OneTripCursor
+
+    def __init__(self, dbapi: Any, connection: Any) -> None:
+        super().__init__(dbapi, connection)
+        # The next statement commits on the thread, in its own trip (``commits_itself``).
+        self.commit_next = False
 
     # sqlite3 opens a transaction only for a write. After reads alone (most requests end
     # their session that way, with a commit or a rollback) there is nothing to end, and asking
@@ -116,6 +129,22 @@ class _Connection(AsyncAdapt_aiosqlite_connection):
         nothing either."""
         connection: sqlite3.Connection | None = self._connection._connection
         return connection is not None and connection.in_transaction
+
+
+@contextmanager
+def commits_itself(dbapi_connection: Any) -> Iterator[None]:
+    """Within: the next statement on this DBAPI connection commits where it runs, on the
+    thread, so a write of one statement is one trip where it and its commit made two; the
+    commit that follows finds nothing to end. Outside this cursor's connections (PostgreSQL),
+    nothing changes."""
+    if not isinstance(dbapi_connection, _Connection):
+        yield
+        return
+    dbapi_connection.commit_next = True
+    try:
+        yield
+    finally:  # a statement that never reached the thread must not leave it for the next
+        dbapi_connection.commit_next = False
 
 
 class _DBAPI(AsyncAdapt_aiosqlite_dbapi):

@@ -15,11 +15,22 @@ from typing import Any
 import aiosqlite
 import pytest
 import sqlalchemy
-from sqlalchemy import Column, Integer, MetaData, String, Table, insert, select, text, update
+from sqlalchemy import (
+    Column,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    bindparam,
+    insert,
+    select,
+    text,
+    update,
+)
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app.db.engine import create_engine
+from app.db.engine import create_engine, write_one
 from app.db.sqlite import _Connection, _OneTripCursor
 
 metadata = MetaData()
@@ -125,6 +136,37 @@ async def test_errors_are_sqlalchemys_and_the_connection_goes_on(engine: AsyncEn
         await connection.rollback()
         count = (await connection.execute(text("SELECT count(*) FROM things"))).scalar_one()
         assert count == 1
+
+
+async def test_a_write_of_one_statement_is_one_trip_and_is_committed(
+    engine: AsyncEngine, trips: list[str]
+) -> None:
+    await write_one(engine, insert(things), {"name": "stored"})
+    assert trips == ["_run"]  # the insert and its commit, in one trip
+    async with engine.connect() as connection:
+        raw = await connection.get_raw_connection()
+        assert not raw.driver_connection._connection.in_transaction  # type: ignore[union-attr]
+        names = (await connection.execute(select(things.c.name))).scalars().all()
+        assert names == ["stored"]
+
+
+async def test_a_failed_write_of_one_leaves_the_next_transaction_whole(
+    engine: AsyncEngine, trips: list[str]
+) -> None:
+    await write_one(engine, insert(things), {"name": "x"})
+    with pytest.raises(IntegrityError):  # fails on the thread
+        await write_one(engine, insert(things), {"name": "x"})
+    with pytest.raises(sqlalchemy.exc.StatementError):  # fails before it reaches the thread
+        await write_one(engine, insert(things).values(name=bindparam("missing")), {})
+    # The next transaction is the caller's: its first statement does not commit by itself.
+    async with engine.connect() as connection:
+        trips.clear()
+        await connection.execute(insert(things).values(name="a"))
+        await connection.execute(insert(things).values(name="b"))
+        assert trips == ["_run", "_run"]
+        await connection.rollback()
+        names = (await connection.execute(select(things.c.name))).scalars().all()
+        assert names == ["x"]
 
 
 # What app.db.sqlite takes from SQLAlchemy's aiosqlite adapter and from aiosqlite beyond their
