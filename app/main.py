@@ -31,7 +31,8 @@ from app.auth import keys
 from app.auth.limits import KeyLimits
 from app.batches.poller import BatchPoller
 from app.compat import errors as compat_errors
-from app.db.engine import create_engine, create_session_factory, one_statement_writer
+from app.db.engine import RowInserter, create_engine, create_session_factory
+from app.db.models import Answer
 from app.documents.pages import PdfPages
 from app.documents.sources import SourceCache
 from app.errors import ErrorRendering, install_error_handlers
@@ -79,7 +80,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             limits=app.state.key_limits,
             settings=settings,
             engine=engine,
-            writer=one_statement_writer(engine),
+            answers=RowInserter(engine, Answer),
             sessions=app.state.sessions,
             metrics=metrics,
             pages=app.state.pdf_pages,

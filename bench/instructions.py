@@ -148,13 +148,20 @@ def main() -> None:
     parser.add_argument("--database-url", help="default: a new SQLite file")
     parser.add_argument("--against", metavar="REV", help="also Citegate at this git revision")
     parser.add_argument("--trickle", type=int, metavar="D", help="streams of D deltas instead")
+    parser.add_argument(
+        "--keep",
+        type=Path,
+        metavar="DIR",
+        help="keep the callgrind dumps here (callgrind.PID.N, the counted part of each server "
+        "being the last), for callgrind_annotate --inclusive=yes",
+    )
     args = parser.parse_args()
     if shutil.which("valgrind") is None or CALLGRIND_CONTROL is None:
         raise SystemExit("valgrind is not installed: apt-get install valgrind")
     with ExitStack() as started:
         workdir = Path(started.enter_context(tempfile.TemporaryDirectory()))
-        out = workdir / "callgrind"
-        out.mkdir()
+        out = args.keep or workdir / "callgrind"
+        out.mkdir(parents=True, exist_ok=True)
         if args.trickle is not None:
             trickle(args, started, out)
             return

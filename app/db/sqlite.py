@@ -18,8 +18,6 @@ from __future__ import annotations
 
 import sqlite3
 from collections import deque
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 import aiosqlite
@@ -51,8 +49,8 @@ class _Ran:
 def _run(
     connection: sqlite3.Connection, operation: str, parameters: Any, many: bool, commit: bool
 ) -> tuple[_Ran, list[Any]]:
-    """On aiosqlite's thread: the whole statement, rows included, and with ``commit`` the
-    transaction it began, committed."""
+    """On aiosqlite's thread: the whole statement, rows included; with ``commit`` (autocommit)
+    the transaction it began is committed, or rolled back if it failed."""
     cursor = connection.cursor()
     try:
         if many:
@@ -63,6 +61,10 @@ def _run(
             cursor.execute(operation, parameters)
         rows = cursor.fetchall() if cursor.description else []
         ran = _Ran(cursor)
+    except BaseException:
+        if commit and connection.in_transaction:
+            connection.rollback()
+        raise
     finally:
         cursor.close()
     if commit and connection.in_transaction:
@@ -89,8 +91,7 @@ class _OneTripCursor(AsyncAdapt_aiosqlite_cursor):
 
     def _run(self, operation: Any, parameters: Any, many: bool) -> None:
         connection: aiosqlite.Connection = self._connection  # type: ignore[assignment]
-        adapted: _Connection = self._adapt_connection  # type: ignore[assignment]
-        commit, adapted.commit_next = adapted.commit_next, False
+        commit: bool = self._adapt_connection.autocommit  # type: ignore[attr-defined]
         try:
             ran, rows = await_(
                 connection._execute(  # type: ignore[no-untyped-call]
@@ -104,13 +105,17 @@ class _OneTripCursor(AsyncAdapt_aiosqlite_cursor):
 
 
 class _Connection(AsyncAdapt_aiosqlite_connection):
-    __slots__ = ("commit_next",)
+    __slots__ = ("autocommit",)
     _cursor_cls = _OneTripCursor
 
     def __init__(self, dbapi: Any, connection: Any) -> None:
         super().__init__(dbapi, connection)
-        # The next statement commits on the thread, in its own trip (``commits_itself``).
-        self.commit_next = False
+        # While True, each statement commits on the thread, in its own trip: a write of one
+        # statement is one trip where it and its commit made two, and the commit after it
+        # finds nothing to end. The attribute asyncpg's adapter has too (``RowInserter``);
+        # SQLAlchemy's own autocommit for SQLite (``isolation_level``) is a trip to set and
+        # another to reset.
+        self.autocommit = False
 
     # sqlite3 opens a transaction only for a write. After reads alone (most requests end
     # their session that way, with a commit or a rollback) there is nothing to end, and asking
@@ -129,22 +134,6 @@ class _Connection(AsyncAdapt_aiosqlite_connection):
         nothing either."""
         connection: sqlite3.Connection | None = self._connection._connection
         return connection is not None and connection.in_transaction
-
-
-@contextmanager
-def commits_itself(dbapi_connection: Any) -> Iterator[None]:
-    """Within: the next statement on this DBAPI connection commits where it runs, on the
-    thread, so a write of one statement is one trip where it and its commit made two; the
-    commit that follows finds nothing to end. Outside this cursor's connections (PostgreSQL),
-    nothing changes."""
-    if not isinstance(dbapi_connection, _Connection):
-        yield
-        return
-    dbapi_connection.commit_next = True
-    try:
-        yield
-    finally:  # a statement that never reached the thread must not leave it for the next
-        dbapi_connection.commit_next = False
 
 
 class _DBAPI(AsyncAdapt_aiosqlite_dbapi):

@@ -21,7 +21,6 @@ from sqlalchemy import (
     MetaData,
     String,
     Table,
-    bindparam,
     insert,
     select,
     text,
@@ -29,8 +28,9 @@ from sqlalchemy import (
 )
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.orm import DeclarativeBase
 
-from app.db.engine import create_engine, write_one
+from app.db.engine import RowInserter, create_engine
 from app.db.sqlite import _Connection, _OneTripCursor
 
 metadata = MetaData()
@@ -40,6 +40,14 @@ things = Table(
     Column("id", Integer, primary_key=True),
     Column("name", String, unique=True, nullable=False),
 )
+
+
+class _Base(DeclarativeBase):
+    metadata = metadata
+
+
+class Thing(_Base):
+    __table__ = things
 
 
 @pytest.fixture
@@ -138,10 +146,10 @@ async def test_errors_are_sqlalchemys_and_the_connection_goes_on(engine: AsyncEn
         assert count == 1
 
 
-async def test_a_write_of_one_statement_is_one_trip_and_is_committed(
+async def test_in_autocommit_a_write_is_one_trip_and_is_committed(
     engine: AsyncEngine, trips: list[str]
 ) -> None:
-    await write_one(engine, insert(things), {"name": "stored"})
+    await RowInserter(engine, Thing).insert({"id": 1, "name": "stored"})
     assert trips == ["_run"]  # the insert and its commit, in one trip
     async with engine.connect() as connection:
         raw = await connection.get_raw_connection()
@@ -150,15 +158,16 @@ async def test_a_write_of_one_statement_is_one_trip_and_is_committed(
         assert names == ["stored"]
 
 
-async def test_a_failed_write_of_one_leaves_the_next_transaction_whole(
+async def test_in_autocommit_a_failed_write_leaves_nothing_open(
     engine: AsyncEngine, trips: list[str]
 ) -> None:
-    await write_one(engine, insert(things), {"name": "x"})
-    with pytest.raises(IntegrityError):  # fails on the thread
-        await write_one(engine, insert(things), {"name": "x"})
-    with pytest.raises(sqlalchemy.exc.StatementError):  # fails before it reaches the thread
-        await write_one(engine, insert(things).values(name=bindparam("missing")), {})
-    # The next transaction is the caller's: its first statement does not commit by itself.
+    inserter = RowInserter(engine, Thing)
+    await inserter.insert({"id": 1, "name": "x"})
+    trips.clear()
+    with pytest.raises(IntegrityError):  # fails on the thread, which rolls back there
+        await inserter.insert({"id": 2, "name": "x"})
+    assert trips == ["_run"]
+    # Out of autocommit again: the next transaction is the caller's, whole.
     async with engine.connect() as connection:
         trips.clear()
         await connection.execute(insert(things).values(name="a"))
