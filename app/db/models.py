@@ -9,6 +9,7 @@ from sqlalchemy import (
     JSON,
     DateTime,
     ForeignKey,
+    Index,
     Integer,
     LargeBinary,
     MetaData,
@@ -16,6 +17,7 @@ from sqlalchemy import (
     Text,
     TypeDecorator,
     UniqueConstraint,
+    text,
 )
 from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
@@ -48,6 +50,13 @@ class UTCDateTime(TypeDecorator[datetime]):
 
 def utcnow() -> datetime:
     return datetime.now(UTC)
+
+
+def _index_of_set(table: str, column: str) -> Index:
+    """An index of the rows whose ``column`` is not null: every query that reads it asks for
+    one value (``column = x`` implies it is set, on SQLite and PostgreSQL alike)."""
+    where = text(f"{column} IS NOT NULL")
+    return Index(f"ix_{table}_{column}", column, sqlite_where=where, postgresql_where=where)
 
 
 class Base(DeclarativeBase):
@@ -189,11 +198,18 @@ class Answer(Base):
     """A stored answer: what was asked, what the upstream said, its citations resolved."""
 
     __tablename__ = "answers"
+    # An answer is found by its id (then its tenant checked), a conversation's or a batch's by
+    # theirs: no index of the tenant, and the others only of the answers that have one. Each
+    # index is one more B-tree written with every answer (migration 0011).
+    __table_args__ = (
+        _index_of_set("answers", "conversation_id"),
+        _index_of_set("answers", "batch_id"),
+    )
 
     id: Mapped[str] = mapped_column(String(40), primary_key=True)
-    tenant_id: Mapped[str] = mapped_column(ForeignKey("tenants.id"), index=True)
+    tenant_id: Mapped[str] = mapped_column(ForeignKey("tenants.id"))
     conversation_id: Mapped[str | None] = mapped_column(
-        ForeignKey("conversations.id", ondelete="CASCADE"), index=True
+        ForeignKey("conversations.id", ondelete="CASCADE")
     )
     status: Mapped[str] = mapped_column(String(16))
     question: Mapped[str] = mapped_column(Text)
@@ -211,7 +227,7 @@ class Answer(Base):
     upstream_request_id: Mapped[str | None] = mapped_column(String(200))
     # The answer batch it is a result of; its custom_id is the batch request's.
     batch_id: Mapped[str | None] = mapped_column(
-        ForeignKey("answer_batches.id", ondelete="CASCADE"), index=True
+        ForeignKey("answer_batches.id", ondelete="CASCADE")
     )
     created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
 

@@ -114,3 +114,46 @@ def test_the_search_index_is_built_for_documents_stored_before_it(scratch_url: s
     assert search("glacier melting") == [[0]]
     assert search("冰川") == [[1]]
     assert search("nothing") == [[2]]
+
+
+# The reads that the answers' partial indexes (migration 0011) are for: a conversation's
+# answers, deleting them, and a batch's (its ON DELETE CASCADE reads the same way).
+ANSWER_READS = {
+    "ix_answers_conversation_id": [
+        "SELECT * FROM answers WHERE conversation_id = {p} ORDER BY id",
+        "DELETE FROM answers WHERE conversation_id = {p}",
+    ],
+    "ix_answers_batch_id": ["SELECT id FROM answers WHERE batch_id = {p}"],
+}
+
+
+def test_a_conversations_and_a_batchs_answers_are_read_through_their_partial_indexes(
+    database_url: str,
+) -> None:
+    async def plans() -> dict[str, list[str]]:
+        engine = create_engine(database_url, poolclass=NullPool)
+        found: dict[str, list[str]] = {}
+        async with engine.connect() as connection:
+            postgres = connection.dialect.name == "postgresql"
+            if postgres:  # the plan for any value, as a prepared statement's, on a small table
+                await connection.exec_driver_sql("SET enable_seqscan = off")
+                await connection.exec_driver_sql("SET plan_cache_mode = force_generic_plan")
+            for index, queries in ANSWER_READS.items():
+                for number, query in enumerate(queries):
+                    if postgres:
+                        name = f"read_{index}_{number}"
+                        prepared = query.format(p="$1")
+                        await connection.exec_driver_sql(f"PREPARE {name}(varchar) AS {prepared}")
+                        explain = f"EXPLAIN EXECUTE {name}('cnv_x')"
+                    else:
+                        explain = "EXPLAIN QUERY PLAN " + query.format(p="'cnv_x'")
+                    rows = (await connection.exec_driver_sql(explain)).all()
+                    found[query] = [" ".join(str(part) for part in row) for row in rows]
+            await connection.rollback()  # the DELETE is only planned; nothing ran
+        await engine.dispose()
+        return found
+
+    found = asyncio.run(plans())
+    for index, queries in ANSWER_READS.items():
+        for query in queries:
+            assert any(index in line for line in found[query]), (query, found[query])
