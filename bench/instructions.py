@@ -162,6 +162,8 @@ def main() -> None:
         workdir = Path(started.enter_context(tempfile.TemporaryDirectory()))
         out = args.keep or workdir / "callgrind"
         out.mkdir(parents=True, exist_ok=True)
+        if any(out.iterdir()):  # an earlier run's dumps would be read as this one's
+            raise SystemExit(f"--keep {out}: not empty")
         if args.trickle is not None:
             trickle(args, started, out)
             return

@@ -124,17 +124,22 @@ class RowInserter:
     """Inserts whole rows into one table, each committed by itself: how every answer is stored.
 
     ``insert`` does what ``connection.execute(insert(table), values)`` in a transaction of its
-    own does, for less than half the CPU: the statement is compiled once, for the engine's
-    dialect; the values are made by the columns' own bind processors, as SQLAlchemy makes
-    them; and they go through a pooled connection's DBAPI cursor in autocommit: one round trip
-    on PostgreSQL (BEGIN and COMMIT of their own made three), one trip to aiosqlite's thread
-    on SQLite (``app.db.sqlite``: the statement commits there). What is left out is what costs:
-    SQLAlchemy's ``Connection``, transaction, execution context and result, 130 of the 350 us
-    of CPU storing an answer on SQLite took (measured in process, issue 20's notes). All of it
-    runs in one greenlet, as each new one maps a Python frame stack and unmaps it at its end.
+    own does: the statement is compiled once, for the engine's dialect; the values are made by
+    the columns' own bind processors, as SQLAlchemy makes them; and they go through a pooled
+    connection's DBAPI cursor in autocommit: one round trip on PostgreSQL (BEGIN and COMMIT of
+    their own made three), one trip to aiosqlite's thread on SQLite (``app.db.sqlite``: the
+    statement commits there). What is left out is what costs: SQLAlchemy's ``Connection``,
+    transaction, execution context and result, 130 of the 350 us of CPU storing an answer on
+    SQLite took (measured in process, issue 20's notes). All of it runs in one greenlet, as
+    each new one maps a Python frame stack and unmaps it at its end.
 
-    A driver error comes out as SQLAlchemy's (``IntegrityError`` and so on), parameters hidden;
-    a connection that broke is invalidated, so the pool replaces it.
+    What SQLAlchemy's ``Connection`` does on failure, it does too: a driver error comes out as
+    SQLAlchemy's (``IntegrityError`` and so on), parameters hidden; on a disconnect the
+    connection is invalidated and every older one in the pool with it (the pool's private
+    ``_invalidate``, fenced by tests/integration/test_row_inserter.py); an insert cut off
+    midway (cancelled, timed out) closes its connection rather than give it back in the middle
+    of a command. Left out: the asyncpg adapter re-prepares its cached statements after DDL run
+    on the engine (``_invalidate_schema_cache_asof``); the service runs none on it.
     """
 
     def __init__(self, engine: AsyncEngine, model: type[DeclarativeBase]) -> None:
@@ -148,8 +153,7 @@ class RowInserter:
             (name, table.columns[name].type.dialect_impl(dialect).bind_processor(dialect))
             for name in compiled.positiontup
         ]
-        self._pool = engine.sync_engine.pool
-        self._dialect = dialect
+        self._engine = engine.sync_engine  # its pool as it is now: dispose() makes a new one
 
     async def insert(self, values: Mapping[str, Any]) -> None:
         """Insert the row of ``values`` (one for every column) and commit it."""
@@ -160,9 +164,11 @@ class RowInserter:
         await greenlet_spawn(self._insert, parameters)
 
     def _insert(self, parameters: list[Any]) -> None:
-        dialect = self._dialect
-        connection = self._pool.connect()
+        engine = self._engine
+        dialect = engine.dialect
+        connection: PoolProxiedConnection | None = None
         try:
+            connection = engine.raw_connection()
             dbapi_connection: Any = connection.dbapi_connection
             dbapi_connection.autocommit = True
             try:
@@ -173,8 +179,8 @@ class RowInserter:
                 dbapi_connection.autocommit = False
         except dialect.loaded_dbapi.Error as error:
             broken = dialect.is_disconnect(error, connection, None)
-            if broken:
-                connection.invalidate(error)
+            if broken and connection is not None:
+                engine.pool._invalidate(connection, error)
             raise DBAPIError.instance(
                 self._sql,
                 None,
@@ -184,8 +190,19 @@ class RowInserter:
                 connection_invalidated=broken,
                 dialect=dialect,
             ) from error
+        except BaseException as error:
+            if connection is not None and _cut_off(error):
+                connection.invalidate(error)
+            raise
         finally:
-            connection.close()
+            if connection is not None:
+                connection.close()
+
+
+def _cut_off(error: BaseException) -> bool:
+    """Whether a statement was stopped midway from outside (cancelled, timed out, the process
+    exiting), as SQLAlchemy tells it when it invalidates the connection."""
+    return not isinstance(error, Exception) or isinstance(error, TimeoutError)
 
 
 def create_session_factory(engine: AsyncEngine) -> async_sessionmaker[Any]:

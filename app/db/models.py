@@ -198,9 +198,10 @@ class Answer(Base):
     """A stored answer: what was asked, what the upstream said, its citations resolved."""
 
     __tablename__ = "answers"
-    # An answer is found by its id (then its tenant checked), a conversation's or a batch's by
-    # theirs: no index of the tenant, and the others only of the answers that have one. Each
-    # index is one more B-tree written with every answer (migration 0011).
+    # An answer is found by its id (then its tenant checked), a conversation's answers by its
+    # id, a batch's (when the batch is deleted, by the cascade) by the batch's: no index of the
+    # tenant, and the others only of the answers that have one. Each index is one more B-tree
+    # written with every answer (migration 0011).
     __table_args__ = (
         _index_of_set("answers", "conversation_id"),
         _index_of_set("answers", "batch_id"),

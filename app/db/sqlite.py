@@ -4,8 +4,9 @@ aiosqlite runs every call on its own worker thread, and SQLAlchemy's adapter mak
 calls for each statement: open a cursor, execute, fetch the rows, close the cursor. Each is a
 hand-off to that thread and back, and the awaiting task resumes only after a turn of the event
 loop, while the process's one SQLite connection waits. This cursor does the four in one call,
-and a commit or rollback with no transaction open makes no trip; everything else is
-SQLAlchemy's adapter as it is.
+and a commit or rollback with no transaction open makes no trip; with the connection's
+``autocommit`` set (``app.db.engine.RowInserter`` sets it for one statement), the statement
+commits on the thread, in its own trip. Everything else is SQLAlchemy's adapter as it is.
 
 The cursor stands in for private parts of SQLAlchemy's adapter and of aiosqlite;
 ``tests/integration/test_sqlite_driver.py`` names each one and fails when a release moves it.

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import pytest
 from alembic import command
@@ -157,3 +158,33 @@ def test_a_conversations_and_a_batchs_answers_are_read_through_their_partial_ind
     for index, queries in ANSWER_READS.items():
         for query in queries:
             assert any(index in line for line in found[query]), (query, found[query])
+
+
+def test_the_answers_indexes_hold_only_the_answers_that_have_one(database_url: str) -> None:
+    """What alembic's check does not compare: an index's WHERE, in the database the migrations
+    made and in the models."""
+
+    async def definitions() -> dict[str, str]:
+        engine = create_engine(database_url, poolclass=NullPool)
+        async with engine.connect() as connection:
+            if connection.dialect.name == "postgresql":
+                query = "SELECT indexname, indexdef FROM pg_indexes WHERE tablename = 'answers'"
+            else:
+                query = (
+                    "SELECT name, sql FROM sqlite_master "
+                    "WHERE type = 'index' AND tbl_name = 'answers'"
+                )
+            rows: list[Any] = list((await connection.exec_driver_sql(query)).all())
+        await engine.dispose()
+        return {str(name): str(definition or "") for name, definition in rows}
+
+    found = asyncio.run(definitions())
+    assert "ix_answers_tenant_id" not in found
+    model = {str(index.name): index for index in Base.metadata.tables["answers"].indexes}
+    assert set(model) == set(ANSWER_READS)
+    for column in ("conversation_id", "batch_id"):
+        name = f"ix_answers_{column}"
+        assert f"{column} IS NOT NULL" in found[name], found[name]
+        for dialect in ("sqlite", "postgresql"):
+            where = model[name].dialect_options[dialect]["where"]
+            assert str(where) == f"{column} IS NOT NULL", (name, dialect)

@@ -209,7 +209,9 @@ def _fence_message(gone: list[str]) -> str:
         f"aiosqlite adapter or of aiosqlite {aiosqlite.__version__} that are gone or changed: "
         + "; ".join(gone)
         + ". Rebuild _OneTripCursor and _Connection on the new adapter, or give SQLite "
-        "SQLAlchemy's own adapter (drop module=one_trip_dbapi() in app/db/engine.py)."
+        "SQLAlchemy's own adapter (drop module=one_trip_dbapi() in app/db/engine.py) and "
+        "RowInserter a way to commit on SQLite of its own (it sets the DBAPI connection's "
+        "autocommit, which only _Connection has)."
     )
 
 
