@@ -389,6 +389,33 @@ def test_529_until_attempts_run_out(
     assert count_rows(database_url, ("answers",))["answers"] == 0
 
 
+def test_the_retry_budget_counts_from_the_first_attempt(
+    client: httpx.Client, settings: Settings, fake: FakeUpstream
+) -> None:
+    # Attempts may go on for 1.8 s. The first takes 1 s to be refused, the second starts 0.5 s
+    # later (1.5 s in), and a third would start at 2 s: past the budget, so none is made.
+    # Counted from the end of the first attempt instead, a third and a fourth would be.
+    overloaded = error(529, "overloaded_error", "Overloaded")
+    overloaded.headers["retry-after-ms"] = "500"
+    slow = error(529, "overloaded_error", "Overloaded")
+    slow.headers["retry-after-ms"] = "500"
+    slow.delay = 1.0
+    fake.reset(slow, overloaded)
+    with (
+        behind(
+            settings,
+            fake,
+            upstream_read_timeout=5.0,
+            upstream_max_attempts=5,
+            upstream_max_retry_seconds=1.8,
+        ) as app,
+        httpx.Client(base_url=app.base_url, timeout=30) as api,
+    ):
+        document_id = store(api, {"source": {"type": "text", "data": "The grass is green."}})
+        assert_problem(ask(api, "Grass?", [document_id]), 503, "upstream_overloaded")
+    assert len(fake.requests) == 2
+
+
 def test_rate_limited_upstream_backs_off_then_gives_up(
     api: httpx.Client, fake: FakeUpstream
 ) -> None:
