@@ -15,7 +15,7 @@ import logging
 import math
 import sys
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from functools import partial
@@ -340,7 +340,9 @@ class UpstreamClient:
             headers["content-length"] = str(len(content))
         url = self._urls.get(path) or httpx.URL(self._base + path)
         try:
-            response = await self._attempts(method, url, headers, content, stream)
+            response = await self._attempts(
+                partial(self._attempt, method, url, headers, content, stream)
+            )
         except _RetryableStatus as exc:
             response = exc.response
         except httpx.TimeoutException as exc:
@@ -356,15 +358,8 @@ class UpstreamClient:
         await _read_and_close(response)
         raise _error_from(response)
 
-    async def _attempts(
-        self,
-        method: str,
-        url: httpx.URL,
-        headers: dict[str, str],
-        content: bytes | None,
-        stream: bool,
-    ) -> httpx.Response:
-        """The first attempt and, when it fails in a way worth retrying, tenacity's retries.
+    async def _attempts(self, attempt: Callable[[], Awaitable[httpx.Response]]) -> httpx.Response:
+        """The first ``attempt`` and, when it fails in a way worth retrying, tenacity's retries.
 
         The loop is tenacity's own (``AsyncRetrying.__call__``'s), entered with the first
         attempt's outcome already in its state: an attempt that succeeds, as nearly all do,
@@ -374,7 +369,7 @@ class UpstreamClient:
         """
         started = time.monotonic()
         try:
-            return await self._attempt(method, url, headers, content, stream)
+            return await attempt()
         except BaseException as error:
             if not _is_retryable(error):
                 raise
@@ -387,7 +382,7 @@ class UpstreamClient:
             do = await retrying.iter(retry_state=state)
             if isinstance(do, DoAttempt):
                 try:
-                    response = await self._attempt(method, url, headers, content, stream)
+                    response = await attempt()
                 except BaseException:
                     state.set_exception(sys.exc_info())  # type: ignore[arg-type]
                 else:
@@ -406,22 +401,8 @@ class UpstreamClient:
         content: bytes | None,
         stream: bool,
     ) -> httpx.Response:
-        """One attempt; a status worth retrying raised as ``_RetryableStatus``."""
-        response = await self._request(method, url, headers, content, stream)
-        if response.status_code in RETRYABLE_STATUSES:
-            await _read_and_close(response)
-            raise _RetryableStatus(response)
-        return response
-
-    async def _request(
-        self,
-        method: str,
-        url: httpx.URL,
-        headers: dict[str, str],
-        content: bytes | None,
-        stream: bool,
-    ) -> httpx.Response:
-        """One attempt: the response, read whole unless ``stream``."""
+        """One attempt: the response, read whole unless ``stream``; a status worth retrying
+        raised as ``_RetryableStatus``."""
         request = httpx.Request(
             method,
             url,
@@ -437,6 +418,9 @@ class UpstreamClient:
             except BaseException:
                 await response.aclose()
                 raise
+        if response.status_code in RETRYABLE_STATUSES:
+            await _read_and_close(response)
+            raise _RetryableStatus(response)
         return response
 
 
