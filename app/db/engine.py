@@ -20,7 +20,7 @@ from sqlalchemy.ext.asyncio import (
 )
 from sqlalchemy.orm import DeclarativeBase
 from sqlalchemy.pool import ConnectionPoolEntry, PoolProxiedConnection
-from sqlalchemy.util import greenlet_spawn
+from sqlalchemy.util import greenlet_spawn, is_exit_exception
 
 from app.db.sqlite import one_trip_dbapi
 from app.settings import Settings
@@ -191,18 +191,14 @@ class RowInserter:
                 dialect=dialect,
             ) from error
         except BaseException as error:
-            if connection is not None and _cut_off(error):
+            # Stopped midway from outside (cancelled, timed out, the process exiting): as
+            # SQLAlchemy's own Connection tells it, and closes the connection.
+            if connection is not None and is_exit_exception(error):
                 connection.invalidate(error)
             raise
         finally:
             if connection is not None:
                 connection.close()
-
-
-def _cut_off(error: BaseException) -> bool:
-    """Whether a statement was stopped midway from outside (cancelled, timed out, the process
-    exiting), as SQLAlchemy tells it when it invalidates the connection."""
-    return not isinstance(error, Exception) or isinstance(error, TimeoutError)
 
 
 def create_session_factory(engine: AsyncEngine) -> async_sessionmaker[Any]:
