@@ -25,6 +25,7 @@ class Reply:
     delay: float = 0.0
     events: list[bytes] | None = None  # an SSE body, sent piece by piece
     pause: float = 0.0  # between two pieces
+    silence: float = 0.0  # after the last piece, before the end
     drop: bool = False  # cut the connection after the last piece
 
 
@@ -262,6 +263,7 @@ class FakeUpstream:
                 yield piece
                 if reply.pause:
                     await asyncio.sleep(reply.pause)
+            await asyncio.sleep(reply.silence)
             if reply.drop:
                 raise DroppedConnection  # uvicorn closes the connection mid-body
             self.stream_finished = True

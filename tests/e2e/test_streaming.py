@@ -278,6 +278,25 @@ def test_a_dropped_connection_stores_a_failed_answer(api: httpx.Client, fake: Fa
     assert api.get(f"/v1/answers/{relayed[0][1]['id']}").json()["status"] == "failed"
 
 
+def test_an_upstream_silent_mid_stream_times_out(settings: Settings, fake: FakeUpstream) -> None:
+    """The read timeout holds for the body too: the upstream sends its first events a read
+    each, then nothing for longer than ``upstream_read_timeout``; the stream ends with an
+    error, stored."""
+    fake.reset(Reply(events=sse_message(CITED)[:6], pause=0.1, silence=5))
+    with (
+        behind(settings, fake, upstream_read_timeout=0.5) as impatient,
+        httpx.Client(base_url=impatient.base_url, timeout=30) as http,
+    ):
+        relayed = stream(http, {"question": "Grass?", "document_ids": [upload(http)]})
+        stored = http.get(f"/v1/answers/{relayed[0][1]['id']}").json()
+    assert "text.delta" in [name for name, _ in relayed]  # what came before the silence
+    name, problem = relayed[-1]
+    assert name == "error"
+    assert problem["code"] == "upstream_timeout" and problem["status"] == 504
+    assert stored["status"] == "failed"
+    assert stored["text"] == "".join(d["text"] for n, d in relayed if n == "text.delta")
+
+
 def test_a_stream_that_stops_early_is_not_a_complete_answer(
     api: httpx.Client, fake: FakeUpstream
 ) -> None:
