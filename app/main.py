@@ -26,7 +26,6 @@ from app.api import (
 from app.api.body_limit import DeclaredLengthLimit
 from app.api.deps import require_principal
 from app.api.documents import documents_router
-from app.api.request_id import RequestIdMiddleware
 from app.auth import keys
 from app.auth.limits import KeyLimits
 from app.batches.poller import BatchPoller
@@ -124,7 +123,6 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     install_error_handlers(app, rendering)
     app.add_middleware(DeclaredLengthLimit, settings=settings, rendering=rendering)
     app.add_middleware(RequestObserver, metrics=metrics)
-    app.add_middleware(RequestIdMiddleware)  # outermost: the observer logs the request id
     authenticated = [Depends(require_principal)]
     # The answer routes first: a request is matched against each router in turn, and each one
     # asked costs FastAPI 20-70 K instructions (bench/instructions.py --stream, answers moved

@@ -10,13 +10,16 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import re
 import time
+import uuid
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.multiprocess import MultiProcessCollector
 from pythonjsonlogger.json import JsonFormatter
+from starlette.datastructures import MutableHeaders
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -165,8 +168,16 @@ class Metrics:
         return Response(generate_latest(registry), media_type="text/plain; version=0.0.4")
 
 
+# ``X-Request-ID``: the caller's when sensible, else a new one; on every response.
+REQUEST_ID_HEADER = "x-request-id"
+_ACCEPTABLE_REQUEST_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
+
+
 class RequestObserver:
-    """Pure ASGI middleware: counts, times and logs every HTTP request."""
+    """Pure ASGI middleware: gives every HTTP request its id (``X-Request-ID``, in the scope's
+    state and on the response), and counts, times and logs it. One middleware, not two: each
+    wraps ``send``, which every streamed event goes through (measured: a layer was 2.6 % of a
+    streamed answer's instructions, bench/instructions.py --trickle 100)."""
 
     def __init__(self, app: ASGIApp, metrics: Metrics) -> None:
         self.app = app
@@ -177,6 +188,9 @@ class RequestObserver:
             await self.app(scope, receive, send)
             return
         started = time.perf_counter()
+        given = dict(scope["headers"]).get(REQUEST_ID_HEADER.encode(), b"").decode("latin-1")
+        request_id = given if _ACCEPTABLE_REQUEST_ID.fullmatch(given) else uuid.uuid4().hex
+        scope.setdefault("state", {})["request_id"] = request_id
         facts = RequestFacts()
         token = _facts.set(facts)
         status = 500
@@ -191,6 +205,7 @@ class RequestObserver:
             nonlocal status
             if message["type"] == "http.response.start":
                 status = message["status"]
+                MutableHeaders(scope=message)[REQUEST_ID_HEADER] = request_id
             elif not message.get("more_body", False) and not observed:
                 observe()  # before the last byte leaves: a client never sees it uncounted
             await send(message)
