@@ -263,7 +263,8 @@ class FakeUpstream:
                 yield piece
                 if reply.pause:
                     await asyncio.sleep(reply.pause)
-            await asyncio.sleep(reply.silence)
+            if reply.silence:
+                await asyncio.sleep(reply.silence)
             if reply.drop:
                 raise DroppedConnection  # uvicorn closes the connection mid-body
             self.stream_finished = True

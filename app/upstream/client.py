@@ -489,8 +489,7 @@ class UpstreamStream:
         text = codecs.getincrementaldecoder("utf-8-sig")(errors="replace")
         # A stream sent as it is (as the Messages API sends its events) is read from the
         # transport's own stream, as it came: aiter_raw adds a generator and a chunker to every
-        # read, aiter_bytes an identity decode and a second chunker too (measured: 6.5 K
-        # instructions of each relayed event's 137 K, bench/instructions.py --trickle 100).
+        # read, aiter_bytes an identity decode and a second chunker too.
         # The response is closed by ``stream_message`` whichever way the stream ends.
         encoding = self._response.headers.get("content-encoding", "").strip().lower()
         stream = self._response.stream

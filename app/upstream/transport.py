@@ -3,24 +3,56 @@ speaks) over one aiohttp session.
 
 httpcore's own pool costs a millisecond of CPU a request at 16 concurrent (it polls every
 pooled socket) and grew slowly under a burst of new streams, so the connections are aiohttp's.
-The request is made as httpx-aiohttp makes it (its exceptions mapped by its own table), but the
-response's body is this module's: read as aiohttp has it, whatever arrived since the last read
-in one chunk (``readany``), and with the read timeout kept here once the headers have come.
-aiohttp's ``sock_read`` cancels a timer and makes a new one at every read of the socket: 8.5 K
-instructions of each relayed event's 137 K (bench/instructions.py --trickle 100), where here
-one timer a stream looks whether a read has waited too long.
+The request is made as httpx-aiohttp made it (this replaces its transport; its table of
+exceptions is kept), but the response's body is this module's: read as aiohttp has it,
+whatever arrived since the last read in one chunk (``readany``), and with the read timeout kept
+here once the body has begun to come. aiohttp's ``sock_read`` cancels a timer and makes a new
+one at every read of the socket: 8.5 K instructions of each relayed event's 137 K
+(bench/instructions.py --trickle 100); here one timer a body, due when the read waiting would
+time out.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
+from contextlib import contextmanager
 
 import aiohttp
 import httpx
-from httpx_aiohttp.transport import map_aiohttp_exceptions
 
 from app.settings import Settings
+
+# aiohttp's exceptions as httpx's, the most specific that applies: httpx-aiohttp's table (but
+# for proxies, which Citegate does not use). As there, a connection that closed before the
+# answer began counts as a failure to connect, which is retried.
+_ERRORS: tuple[tuple[type[Exception], type[httpx.TransportError]], ...] = (
+    (aiohttp.ServerTimeoutError, httpx.TimeoutException),
+    (aiohttp.SocketTimeoutError, httpx.ReadTimeout),
+    (aiohttp.ClientConnectionError, httpx.ConnectTimeout),
+    (aiohttp.ClientConnectorError, httpx.ConnectError),
+    (aiohttp.ClientPayloadError, httpx.ReadError),
+    (aiohttp.NonHttpUrlClientError, httpx.UnsupportedProtocol),
+    (aiohttp.InvalidUrlClientError, httpx.UnsupportedProtocol),
+)
+
+
+# How late a read may time out: the time for the loop to read its sockets once more.
+_GRACE = 0.01
+
+
+@contextmanager
+def _mapped() -> Iterator[None]:
+    try:
+        yield
+    except aiohttp.ClientError as exc:
+        made: type[httpx.TransportError] | None = None
+        for given, candidate in _ERRORS:
+            if isinstance(exc, given) and (made is None or issubclass(candidate, made)):
+                made = candidate
+        if made is None:
+            raise
+        raise made(str(exc)) from exc
 
 
 class UpstreamTransport(httpx.AsyncBaseTransport):
@@ -35,7 +67,7 @@ class UpstreamTransport(httpx.AsyncBaseTransport):
         if self._session is None:
             self._session = _session(self._settings)
         timeout = request.extensions.get("timeout", {})
-        with map_aiohttp_exceptions():
+        with _mapped():
             response = await self._session.request(
                 request.method,
                 str(request.url),
@@ -70,6 +102,7 @@ def _content(request: httpx.Request) -> bytes | httpx.AsyncByteStream | None:
     try:
         return request.content or None
     except httpx.RequestNotRead:  # a body given as an iterator: sent as it comes
+        request.headers.pop("transfer-encoding", None)  # aiohttp chunks it when it must
         return request.stream  # type: ignore[return-value]
 
 
@@ -88,28 +121,32 @@ def _session(settings: Settings) -> aiohttp.ClientSession:
 class _Body(httpx.AsyncByteStream):
     """A response's body, a chunk for each read of what has arrived. With a ``timeout``, a read
     that has waited that long for the upstream fails as aiohttp's own read timeout fails it
-    (``httpx.ReadTimeout``); one timer a stream, due when the read waiting would time out,
-    instead of aiohttp's, made anew at each read of the socket. Time the consumer spends away
-    (writing to a slow client) is not the upstream's and does not count."""
+    (``httpx.ReadTimeout``): one timer a body, due when the read waiting would time out, where
+    aiohttp makes one anew at each read of the socket. The time the consumer spends away
+    (writing to a slow client) does not count, from the first bytes of the body on; until then
+    the timer aiohttp started with the headers runs. A body already whole needs no timer."""
 
     def __init__(self, response: aiohttp.ClientResponse, timeout: float | None) -> None:
         self._response = response
-        self._timeout = timeout
+        self._timeout: float | None = None
         self._waiting_since: float | None = None
+        self._received = 0  # the body's bytes when the read waiting began
         self._watch: asyncio.TimerHandle | None = None
-        if timeout is not None and response.connection is not None:
-            protocol = response.connection.protocol
-            if protocol is not None:  # from its next read of the socket, no timer of its own
-                protocol.read_timeout = None
+        connection = response.connection  # None once the whole body has come
+        protocol = None if connection is None else connection.protocol
+        if timeout is not None and protocol is not None:
+            protocol.read_timeout = None  # from its next read of the socket (each request sets it)
+            self._timeout = timeout
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
         loop = asyncio.get_running_loop()
         content = self._response.content
-        if self._timeout is not None:
+        if self._timeout is not None and self._watch is None:
             self._watch = loop.call_later(self._timeout, self._check, loop)
         try:
-            with map_aiohttp_exceptions():
+            with _mapped():
                 while True:
+                    self._received = content.total_bytes
                     self._waiting_since = loop.time()
                     chunk = await content.readany()
                     self._waiting_since = None
@@ -117,20 +154,39 @@ class _Body(httpx.AsyncByteStream):
                         return
                     yield chunk
         finally:
-            if self._watch is not None:
-                self._watch.cancel()
+            self._stop()
 
     def _check(self, loop: asyncio.AbstractEventLoop) -> None:
         assert self._timeout is not None
         since, now = self._waiting_since, loop.time()
         if since is not None and now - since >= self._timeout:
-            self._watch = None
-            error = aiohttp.SocketTimeoutError("Timeout on reading data from socket")
-            self._response.content.set_exception(error)  # the read waiting raises it
+            # Due; but after a stall of the loop itself the bytes may have come meanwhile,
+            # still unread (uvloop runs its timers before it reads its sockets): the read
+            # fails only if none have come once the loop has read its sockets again.
+            self._watch = loop.call_later(_GRACE, self._expire, loop, since)
             return
         due = self._timeout if since is None else since + self._timeout - now
         self._watch = loop.call_later(due, self._check, loop)
 
+    def _expire(self, loop: asyncio.AbstractEventLoop, since: float) -> None:
+        content = self._response.content
+        if (
+            self._waiting_since == since
+            and content.total_bytes == self._received
+            and not content.is_eof()
+        ):
+            self._watch = None
+            error = aiohttp.SocketTimeoutError("Timeout on reading data from socket")
+            content.set_exception(error)  # the read waiting raises it
+        else:
+            self._check(loop)
+
+    def _stop(self) -> None:
+        if self._watch is not None:
+            self._watch.cancel()
+            self._watch = None
+
     async def aclose(self) -> None:
-        with map_aiohttp_exceptions():
+        self._stop()  # closed before its iterator ended (the iterator may never be closed)
+        with _mapped():
             await self._response.__aexit__(None, None, None)

@@ -282,9 +282,9 @@ def test_an_upstream_silent_mid_stream_times_out(settings: Settings, fake: FakeU
     """The read timeout holds for the body too: the upstream sends its first events a read
     each, then nothing for longer than ``upstream_read_timeout``; the stream ends with an
     error, stored."""
-    fake.reset(Reply(events=sse_message(CITED)[:6], pause=0.1, silence=5))
+    fake.reset(Reply(events=sse_message(CITED)[:6], pause=0.05, silence=3))
     with (
-        behind(settings, fake, upstream_read_timeout=0.5) as impatient,
+        behind(settings, fake, upstream_read_timeout=1.0) as impatient,
         httpx.Client(base_url=impatient.base_url, timeout=30) as http,
     ):
         relayed = stream(http, {"question": "Grass?", "document_ids": [upload(http)]})
