@@ -168,7 +168,8 @@ class Metrics:
         return Response(generate_latest(registry), media_type="text/plain; version=0.0.4")
 
 
-# ``X-Request-ID``: the caller's when sensible, else a new one; on every response.
+# ``X-Request-ID``: the caller's when sensible, else a new one; on every response the app sends
+# (not on the bare 500 that Starlette's outermost middleware sends for an unhandled error).
 REQUEST_ID_HEADER = "x-request-id"
 _ACCEPTABLE_REQUEST_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 

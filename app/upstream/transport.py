@@ -37,10 +37,6 @@ _ERRORS: tuple[tuple[type[Exception], type[httpx.TransportError]], ...] = (
 )
 
 
-# How late a read may time out: the time for the loop to read its sockets once more.
-_GRACE = 0.01
-
-
 @contextmanager
 def _mapped() -> Iterator[None]:
     try:
@@ -107,7 +103,7 @@ def _content(request: httpx.Request) -> bytes | httpx.AsyncByteStream | None:
 
 
 def _session(settings: Settings) -> aiohttp.ClientSession:
-    """Made as httpx-aiohttp makes its own, but that it keeps no cookie: the one session serves
+    """Made as httpx-aiohttp made its own, but that it keeps no cookie: the one session serves
     every tenant, so a cookie set on one answer must never go out with another's request
     (aiohttp has a jar of its own)."""
     connector = aiohttp.TCPConnector(
@@ -116,6 +112,10 @@ def _session(settings: Settings) -> aiohttp.ClientSession:
         ssl=httpx.create_ssl_context(),
     )
     return aiohttp.ClientSession(connector=connector, cookie_jar=aiohttp.DummyCookieJar())
+
+
+# How late a read may time out: the time for the loop to read its sockets once more.
+_GRACE = 0.01
 
 
 class _Body(httpx.AsyncByteStream):
