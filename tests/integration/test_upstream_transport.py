@@ -9,7 +9,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Coroutine, Iterator
-from typing import Any, TypeVar
+from typing import Any
 
 import httpx
 import pytest
@@ -18,7 +18,6 @@ import uvloop
 from app.settings import Settings
 from app.upstream.transport import UpstreamTransport
 
-T = TypeVar("T")
 Serve = Callable[[float], str]
 Run = Callable[[Coroutine[Any, Any, Any]], Any]
 HEADERS = b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nTransfer-Encoding: chunked\r\n\r\n"
@@ -85,8 +84,8 @@ LOOPS = {"asyncio": asyncio.new_event_loop, "uvloop": uvloop.new_event_loop}
 
 
 @pytest.fixture(params=sorted(LOOPS))
-def run(request: pytest.FixtureRequest) -> Callable[[Coroutine[Any, Any, T]], T]:
-    def run(coroutine: Coroutine[Any, Any, T]) -> T:
+def run(request: pytest.FixtureRequest) -> Run:
+    def run(coroutine: Coroutine[Any, Any, Any]) -> Any:
         with asyncio.Runner(loop_factory=LOOPS[request.param]) as runner:
             return runner.run(coroutine)
 
