@@ -42,8 +42,8 @@ def server_sent(events: Iterable[tuple[str, str]]) -> bytes:
     a line break into it) is framed here exactly as sse-starlette frames it, without its
     object, string buffer and regular expressions per event (3.3 us an event, 0.3 here);
     data of several lines is framed by sse-starlette, a ``data:`` line for each. Names are
-    Citegate's own or the upstream's as httpx-sse read them, lines themselves: never a line
-    break in one."""
+    Citegate's own or the upstream's as ``app.upstream.sse`` read them, lines themselves:
+    never a line break in one."""
     return b"".join(
         f"event: {name}\r\ndata: {data}\r\n\r\n".encode()
         if "\n" not in data and "\r" not in data

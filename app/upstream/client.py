@@ -9,7 +9,6 @@ billing) that answer.
 
 from __future__ import annotations
 
-import codecs
 import email.utils
 import logging
 import math
@@ -23,7 +22,6 @@ from typing import Any
 
 import httpx
 import orjson
-from httpx_sse._decoders import SSEDecoder, SSELineDecoder
 from pydantic import ValidationError
 from tenacity import (
     AsyncRetrying,
@@ -40,6 +38,7 @@ from app.errors import ErrorCode
 from app.observability import Metrics, note_upstream_request_id
 from app.settings import Settings
 from app.upstream.errors import UpstreamError, error_for_status
+from app.upstream.sse import EventReader
 from app.upstream.transport import UpstreamTransport
 from app.upstream.wire import BatchResult, Message, MessageBatch, TokenCount
 
@@ -478,15 +477,11 @@ class UpstreamStream:
         """The upstream sends events in bursts (a block's start with its first delta, a run of
         citations), and an instant upstream sends them all in one read: relayed a read at a
         time, they make one write downstream where they came in one, not one write each.
-        The framing is httpx-sse's own decoders, fed each read."""
+        The framing is ``EventReader``'s, fed each read."""
         content_type = self._response.headers.get("content-type", "").partition(";")[0]
         if "text/event-stream" not in content_type:
             raise self._bad("something that is not an event stream")
-        lines, decoder = SSELineDecoder(), SSEDecoder()
-        # An event stream is always UTF-8 (the SSE specification), whatever its header says:
-        # decoded so, a leading byte-order mark dropped as the specification says, not by the
-        # charset httpx would look up for each response.
-        text = codecs.getincrementaldecoder("utf-8-sig")(errors="replace")
+        reader = EventReader()
         # A stream sent as it is (as the Messages API sends its events) is read from the
         # transport's own stream, as it came: aiter_raw adds a generator and a chunker to every
         # read, aiter_bytes an identity decode and a second chunker too.
@@ -500,13 +495,12 @@ class UpstreamStream:
         )
         try:
             async for chunk in chunks:
-                batch, broken = self._frames(lines.decode(text.decode(chunk)), decoder)
+                batch, broken = self._frames(reader.feed(chunk))
                 if batch:
                     yield batch
                 if broken is not None:  # after the frames before it
                     raise broken
-            rest = lines.decode(text.decode(b"", final=True))
-            batch, broken = self._frames([*rest, *lines.flush()], decoder)
+            batch, broken = self._frames(reader.end())
             if batch:
                 yield batch
             if broken is not None:
@@ -524,24 +518,19 @@ class UpstreamStream:
                 request_id=self.request_id,
             ) from exc
 
-    def _frames(
-        self, lines: list[str], decoder: SSEDecoder
-    ) -> tuple[list[Frame], UpstreamError | None]:
-        """The frames these lines complete, up to the first that is not a JSON object, and
-        the error that one is."""
+    def _frames(self, events: list[tuple[str, str]]) -> tuple[list[Frame], UpstreamError | None]:
+        """The frames of these events (name and data), up to the first whose data is not a
+        JSON object, and the error that one is."""
         frames: list[Frame] = []
-        for line in lines:
-            sse = decoder.decode(line)
-            if sse is None or not sse.data:
-                continue
+        for name, data in events:
             try:
                 # Real streams pad their JSON with spaces: a JSON parser, never matching.
-                event = orjson.loads(sse.data)
+                event = orjson.loads(data)
             except orjson.JSONDecodeError:
                 return frames, self._bad("an event that is not JSON")
             if not isinstance(event, dict):
                 return frames, self._bad("an event that is not an object")
-            frames.append(Frame(sse.event, sse.data, event))
+            frames.append(Frame(name, data, event))
         return frames, None
 
     def _bad(self, what: str) -> UpstreamError:

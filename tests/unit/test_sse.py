@@ -1,0 +1,107 @@
+"""The upstream stream's event reader gives the events httpx-sse's decoders give, whatever the
+stream holds and wherever its reads are cut: its shortcut for the Messages API's own shape of
+event never changes what is read."""
+
+from __future__ import annotations
+
+import codecs
+import itertools
+
+from httpx_sse._decoders import SSEDecoder, SSELineDecoder
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
+
+from app.upstream.sse import EventReader
+
+Events = list[tuple[str, str]]
+
+
+def decoded(chunks: list[bytes]) -> Events:
+    """The events of these reads, by httpx-sse's decoders alone (as Citegate read them before
+    the reader's shortcut)."""
+    lines, decoder = SSELineDecoder(), SSEDecoder()
+    text = codecs.getincrementaldecoder("utf-8-sig")(errors="replace")
+    read = [*(line for chunk in chunks for line in lines.decode(text.decode(chunk)))]
+    read += [*lines.decode(text.decode(b"", final=True)), *lines.flush()]
+    return [(sse.event, sse.data) for line in read if (sse := decoder.decode(line)) and sse.data]
+
+
+def read(chunks: list[bytes]) -> Events:
+    reader = EventReader()
+    return [*(event for chunk in chunks for event in reader.feed(chunk)), *reader.end()]
+
+
+def cut(stream: bytes, at: list[int]) -> list[bytes]:
+    bounds = [0, *sorted({n % (len(stream) + 1) for n in at}), len(stream)]
+    return [stream[a:b] for a, b in itertools.pairwise(bounds)]
+
+
+MESSAGES_API = (
+    b'event: message_start\ndata: {"type": "message_start", "message": {"id": "msg_1"}}\n\n'
+    b'event: content_block_delta\ndata: {"type": "content_block_delta", "delta": '
+    b'{"type": "text_delta", "text": "caf\xc3\xa9 \xe2\x82\xac"}}\n\n'
+    b'event: ping\ndata: {"type": "ping"}\n\n'
+    b'event: message_stop\ndata: {"type": "message_stop"}\n\n'
+)
+
+# Pieces of streams: the Messages API's shape, and every rule of the SSE format beside it.
+PIECES = [
+    b"event: content_block_delta\n",
+    b'data: {"text": "x"}\n',
+    b"data: second line\n",
+    b"data:no space\n",
+    b"data: \n",
+    b"data\n",
+    b"event:  two spaces\n",
+    b"event: \n",
+    b": a comment\n",
+    b"id: 7\n",
+    b"retry: 100\n",
+    b"other: field\n",
+    b"\n",
+    b"\r\n",
+    b"\r",
+    b"\xef\xbb\xbf",
+    b"\xe2\x82\xac",
+    b"\xe2\x82",
+    b"\xff",
+    b"data: a:b\n",
+    b"event: e\ndata: d\n\n",
+]
+
+
+@settings(max_examples=600, deadline=None)
+@given(
+    st.lists(st.sampled_from(PIECES), max_size=24),
+    st.lists(st.integers(min_value=0), max_size=8),
+)
+@example([MESSAGES_API], [])
+@example([MESSAGES_API], list(range(len(MESSAGES_API))))  # a byte a read
+@example([b"\xef\xbb\xbf", MESSAGES_API], [1, 2, 30])  # a byte-order mark, itself cut
+@example([MESSAGES_API, b"event: a\r\ndata: b\r\n\r\n", MESSAGES_API], [10, 400])
+@example([b"event: \n", b"data: d\n", b"\n"], [])  # no name: "message"
+@example([b"event: e\n", b"data: a\n", b"data: b\n", b"\n"], [])  # data of two lines
+@example([b"data: a\n", b"data: b\n", b"\n"], [])
+def test_the_reader_reads_what_the_decoders_read(pieces: list[bytes], at: list[int]) -> None:
+    stream = b"".join(pieces)
+    chunks = cut(stream, at)
+    assert read(chunks) == decoded(chunks)
+
+
+def test_the_messages_api_shape_is_read_whole() -> None:
+    events = read(cut(MESSAGES_API, [5, 90, 91, 160]))
+    assert [name for name, _ in events] == [
+        "message_start",
+        "content_block_delta",
+        "ping",
+        "message_stop",
+    ]
+    assert "café €" in events[1][1]
+
+
+def test_an_event_is_given_once_its_blank_line_has_come() -> None:
+    reader = EventReader()
+    assert reader.feed(b"event: ping\ndata: {}\n") == []
+    assert reader.feed(b"\n") == [("ping", "{}")]
+    assert reader.feed(b"event: ping\ndata: {}") == []
+    assert reader.end() == []  # a stream that ends mid-event: no event
