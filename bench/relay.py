@@ -1,8 +1,9 @@
 """The least a relay of streamed answers can cost on a machine: a raw ASGI app on uvicorn (no
 framework, no middleware) that posts the Messages request it is given to the upstream through
-one aiohttp session, decodes the events with httpx-sse's decoders, parses each as JSON and
-frames it again, one write per upstream read, as Citegate does. Nothing checked, resolved or
-stored. bench/streams.py --relays measures it beside Citegate and bench/forwarder.py.
+one aiohttp session, reads the events with Citegate's own reader (app/upstream/sse.py), parses
+each as JSON and frames it again, one write per upstream read, as Citegate does. Nothing
+checked, resolved or stored. bench/streams.py --relays measures it beside Citegate and
+bench/forwarder.py.
 
     .venv/bin/python bench/relay.py --port 9000 --upstream http://127.0.0.1:9001
 """
@@ -10,13 +11,13 @@ stored. bench/streams.py --relays measures it beside Citegate and bench/forwarde
 from __future__ import annotations
 
 import argparse
-import codecs
 from typing import Any
 
 import aiohttp
 import orjson
 import uvicorn
-from httpx_sse._decoders import SSEDecoder, SSELineDecoder
+
+from app.upstream.sse import EventReader
 
 Message = dict[str, Any]
 
@@ -47,15 +48,12 @@ def create_app(upstream: str) -> Any:
         await send({"type": "http.response.start", "status": 200, "headers": headers})
         json = {"content-type": "application/json"}
         async with session.post(f"{upstream}/v1/messages", data=body, headers=json) as response:
-            lines, decoder = SSELineDecoder(), SSEDecoder()
-            text = codecs.getincrementaldecoder("utf-8")()
+            reader = EventReader()
             async for chunk in response.content.iter_any():
                 framed = []
-                for line in lines.decode(text.decode(chunk)):
-                    sse = decoder.decode(line)
-                    if sse is not None and sse.data:
-                        data = orjson.dumps(orjson.loads(sse.data)).decode()
-                        framed.append(f"event: {sse.event}\r\ndata: {data}\r\n\r\n".encode())
+                for name, data in reader.feed(chunk):
+                    data = orjson.dumps(orjson.loads(data)).decode()
+                    framed.append(f"event: {name}\r\ndata: {data}\r\n\r\n".encode())
                 if framed:
                     message = {"type": "http.response.body", "body": b"".join(framed)}
                     await send({**message, "more_body": True})
