@@ -1,6 +1,6 @@
-"""The upstream stream's event reader gives the events httpx-sse's decoders give, whatever the
-stream holds and wherever its reads are cut: its shortcut for the Messages API's own shape of
-event never changes what is read."""
+"""The upstream stream's event reader gives the events httpx-sse's decoders give, in the same
+reads, whatever the stream holds and wherever its reads are cut: its shortcut for the Messages
+API's own shape of event never changes what is read, nor when."""
 
 from __future__ import annotations
 
@@ -11,28 +11,34 @@ from httpx_sse._decoders import SSEDecoder, SSELineDecoder
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from app.upstream.sse import EventReader
+from app.upstream.sse import MOST_PENDING, EventReader
 
 Events = list[tuple[str, str]]
 
 
-def decoded(chunks: list[bytes]) -> Events:
-    """The events of these reads, by httpx-sse's decoders alone (as Citegate read them before
-    the reader's shortcut)."""
+def decoded(chunks: list[bytes]) -> list[Events]:
+    """The events of each read, then of the end, by httpx-sse's decoders alone (as Citegate
+    read them before the reader's shortcut)."""
     lines, decoder = SSELineDecoder(), SSEDecoder()
     text = codecs.getincrementaldecoder("utf-8-sig")(errors="replace")
-    read = [*(line for chunk in chunks for line in lines.decode(text.decode(chunk)))]
-    read += [*lines.decode(text.decode(b"", final=True)), *lines.flush()]
-    return [(sse.event, sse.data) for line in read if (sse := decoder.decode(line)) and sse.data]
+
+    def events(read: list[str]) -> Events:
+        return [
+            (sse.event, sse.data) for line in read if (sse := decoder.decode(line)) and sse.data
+        ]
+
+    each = [events(lines.decode(text.decode(chunk))) for chunk in chunks]
+    return [*each, events([*lines.decode(text.decode(b"", final=True)), *lines.flush()])]
 
 
-def read(chunks: list[bytes]) -> Events:
+def read(chunks: list[bytes]) -> list[Events]:
     reader = EventReader()
-    return [*(event for chunk in chunks for event in reader.feed(chunk)), *reader.end()]
+    return [*(reader.feed(chunk) for chunk in chunks), reader.end()]
 
 
 def cut(stream: bytes, at: list[int]) -> list[bytes]:
-    bounds = [0, *sorted({n % (len(stream) + 1) for n in at}), len(stream)]
+    """The stream cut at these places (modulo its length; a place twice makes an empty read)."""
+    bounds = [0, *sorted(n % (len(stream) + 1) for n in at), len(stream)]
     return [stream[a:b] for a, b in itertools.pairwise(bounds)]
 
 
@@ -45,7 +51,10 @@ MESSAGES_API = (
 )
 
 # Pieces of streams: the Messages API's shape, and every rule of the SSE format beside it.
+EVENT = b'event: content_block_delta\ndata: {"type": "content_block_delta"}\n\n'
 PIECES = [
+    EVENT,
+    b'data: {"lone": "data"}\n\n',
     b"event: content_block_delta\n",
     b'data: {"text": "x"}\n',
     b"data: second line\n",
@@ -67,13 +76,18 @@ PIECES = [
     b"\xff",
     b"data: a:b\n",
     b"event: e\ndata: d\n\n",
+    b"event:x\n",
+    b"id: \x00\n",
+    b"\xef",
+    b"\xef\xbb",
 ]
 
 
 @settings(max_examples=600, deadline=None)
 @given(
-    st.lists(st.sampled_from(PIECES), max_size=24),
-    st.lists(st.integers(min_value=0), max_size=8),
+    # Half the pieces whole events of the Messages API's shape, the shortcut's own.
+    st.lists(st.one_of(st.just(EVENT), st.sampled_from(PIECES)), max_size=24),
+    st.lists(st.integers(min_value=0), max_size=12),
 )
 @example([MESSAGES_API], [])
 @example([MESSAGES_API], list(range(len(MESSAGES_API))))  # a byte a read
@@ -88,8 +102,16 @@ def test_the_reader_reads_what_the_decoders_read(pieces: list[bytes], at: list[i
     assert read(chunks) == decoded(chunks)
 
 
+def test_an_event_longer_than_the_reader_holds_is_read_by_the_decoders() -> None:
+    long = b'event: message_start\ndata: {"text": "' + b"x" * (MOST_PENDING * 3) + b'"}\n\n'
+    stream = MESSAGES_API + long + MESSAGES_API
+    chunks = cut(stream, list(range(100, len(stream), 4096)))
+    assert read(chunks) == decoded(chunks)
+    assert sum(len(events) for events in read(chunks)) == 9
+
+
 def test_the_messages_api_shape_is_read_whole() -> None:
-    events = read(cut(MESSAGES_API, [5, 90, 91, 160]))
+    events = [event for events in read(cut(MESSAGES_API, [5, 90, 91, 160])) for event in events]
     assert [name for name, _ in events] == [
         "message_start",
         "content_block_delta",
