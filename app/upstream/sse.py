@@ -53,16 +53,13 @@ class EventReader:
             self._plain = False  # a CR may end a line: the decoders' splitting from now on
         if not self._plain:
             chunk, self._pending = self._pending + chunk, b""
-            return self._decoded(self._lines.decode(self._text.decode(chunk)))
+            return self._decoded(chunk)
         blocks = (self._pending + chunk if self._pending else chunk).split(b"\n\n")
         self._pending = blocks.pop()  # what follows the last blank line
         if len(self._pending) > MOST_PENDING:
             rest, self._pending, self._plain = self._pending, b"", False
             # It begins after a blank line, where the decoders hold no state.
-            return [
-                *self._events(blocks),
-                *self._decoded(self._lines.decode(self._text.decode(rest))),
-            ]
+            return [*self._events(blocks), *self._decoded(rest)]
         return self._events(blocks)
 
     def _events(self, blocks: list[bytes]) -> list[tuple[str, str]]:
@@ -77,16 +74,20 @@ class EventReader:
                     events.append((kind, line[len(_DATA) :].decode("utf-8", "replace")))
             else:
                 lines = block.decode("utf-8", "replace").split("\n")
-                events += self._decoded([*lines, ""])
+                events += self._dispatched([*lines, ""])
         return events
 
     def end(self) -> list[tuple[str, str]]:
         """What the stream's last bytes complete once it has ended (its last line, unended)."""
         rest, self._pending = self._pending, b""
-        lines = self._lines.decode(self._text.decode(rest, final=True))
-        return self._decoded([*lines, *self._lines.flush()])
+        return self._decoded(rest, final=True)
 
-    def _decoded(self, lines: list[str]) -> list[tuple[str, str]]:
+    def _decoded(self, data: bytes, final: bool = False) -> list[tuple[str, str]]:
+        """The events these bytes complete, read by the decoders (all their lines, at the end)."""
+        lines = self._lines.decode(self._text.decode(data, final=final))
+        return self._dispatched([*lines, *self._lines.flush()] if final else lines)
+
+    def _dispatched(self, lines: list[str]) -> list[tuple[str, str]]:
         events = []
         for line in lines:
             sse = self._decoder.decode(line)
