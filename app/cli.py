@@ -19,7 +19,7 @@ from app.auth import keys as api_keys
 from app.db.engine import run_in_session
 from app.db.migrations import upgrade_to_head
 from app.errors import NotFound
-from app.main import create_app
+from app.main import create_app, tune_collector
 from app.observability import MULTIPROCESS_DIR, configure_logging
 from app.settings import Settings
 
@@ -95,8 +95,12 @@ def serve(
             raise SystemExit(migrated.returncode)
         if workers > 1:
             metrics_dir = _prepare_workers(settings)
+        app = None
+        if workers == 1:
+            app = create_app(settings)
+            tune_collector()
         uvicorn.run(
-            create_app(settings) if workers == 1 else "app.main:create_worker_app",
+            app or "app.main:create_worker_app",
             factory=workers > 1,  # each worker builds its own app from the same environment
             workers=workers,
             # A worker answers the supervisor's pings only between imports: on a loaded machine

@@ -9,10 +9,9 @@ import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
-import httpx
 from fastapi import Depends, FastAPI
 
-from app.answers.service import AnswerContext
+from app.answers.context import AnswerContext
 from app.api import (
     answers,
     anthropic,
@@ -39,15 +38,13 @@ from app.local_engine import LocalEngine, create_local_engine_app
 from app.local_engine.batches import LocalBatches
 from app.observability import Metrics, RequestObserver, metrics_endpoint
 from app.settings import Settings
-from app.upstream.client import UpstreamClient, create_transport
+from app.upstream.client import UpstreamClient, create_http_client
 
 log = logging.getLogger(__name__)
 
 # Python's default (700, 10, 10) makes a full collection every 70,000 net allocations, which many
 # open streams reach often, and each full pass stops the event loop while it walks all their
-# objects (bench/streams.py measures it). Young garbage is still collected young; full passes
-# come ten times less often. Not rarer: each answer still leaves some 100 objects in reference
-# cycles (the retries' state, the HTTP clients' request and response), freed only by a pass.
+# objects. Young garbage is still collected young; full passes come ten times less often.
 GC_THRESHOLDS = (700, 10, 100)
 
 
@@ -71,10 +68,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             log.warning("no ANTHROPIC_API_KEY: questions are answered by the local engine")
             answerer = LocalEngine()
             local_batches = LocalBatches(answerer, lifetime=settings.local_batch_lifetime_seconds)
-            local = httpx.ASGITransport(app=create_local_engine_app(answerer, local_batches))
-        transport = create_transport(settings, local)
+            local = create_local_engine_app(answerer, local_batches)
+        http = create_http_client(settings, local)
         app.state.answer_context = AnswerContext(
-            upstream=UpstreamClient(transport, settings, metrics),
+            upstream=UpstreamClient(http, settings, metrics),
             sources=app.state.source_cache,
             limits=app.state.key_limits,
             settings=settings,
@@ -84,9 +81,6 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             metrics=metrics,
             pages=app.state.pdf_pages,
         )
-        # What start-up made lives as long as the process: keep it out of every GC pass.
-        gc.freeze()
-        gc.set_threshold(*GC_THRESHOLDS)
         watcher = asyncio.create_task(metrics.watch_event_loop())
         app.state.batch_poller = BatchPoller(app.state.answer_context)
         poller = None
@@ -102,7 +96,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                     await poller  # a chunk of results being stored is rolled back, whole
             if local_batches is not None:
                 await local_batches.aclose()
-            await transport.aclose()
+            await http.aclose()
             app.state.key_limits.close()
             await engine.dispose()
 
@@ -124,10 +118,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.add_middleware(DeclaredLengthLimit, settings=settings, rendering=rendering)
     app.add_middleware(RequestObserver, metrics=metrics)
     authenticated = [Depends(require_principal)]
-    # The answer routes first: a request is matched against each router in turn, and each one
-    # asked costs FastAPI 20-70 K instructions (bench/instructions.py --stream, answers moved
-    # from fifth to first: -4.6 % a streamed answer; the compatible route from tenth: -11 %).
-    # No two routers have a path in common, so the order decides nothing else.
+    # The answer routes first: a request is matched against each router in turn, so the busiest
+    # routes are met soonest. No two routers share a path, so the order decides nothing else.
     app.include_router(answers.router, dependencies=authenticated)
     app.include_router(anthropic.router)  # its routes authenticate as the Messages API does
     app.include_router(health.router)
@@ -153,7 +145,18 @@ def create_worker_app() -> FastAPI:
     AppStatus.disable_automatic_graceful_drain()  # type: ignore[no-untyped-call]
     settings = Settings()
     configure_logging(settings.log_level)
-    return create_app(settings)
+    app = create_app(settings)
+    tune_collector()
+    return app
+
+
+def tune_collector() -> None:
+    """The garbage collector of a process ``citegate serve`` starts, once the app is built: what
+    start-up made lives as long as the process and is kept out of every collection, and full
+    collections come less often (``GC_THRESHOLDS``). Never done by ``create_app``, so that an
+    app embedded in another program leaves its host's collector alone."""
+    gc.freeze()
+    gc.set_threshold(*GC_THRESHOLDS)
 
 
 async def _check_auth(app: FastAPI, settings: Settings) -> None:

@@ -7,9 +7,14 @@ from typing import Literal
 from pydantic import AliasChoices, Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from app.upstream.wire import CURRENT_VERSION, DEFAULT_MODEL, LOCAL_MODEL
-
 MIB = 1024 * 1024
+
+CURRENT_VERSION = "2026-10-21"
+"""The ``anthropic-version`` Citegate sends by default, and the newest the local engine speaks."""
+DEFAULT_MODEL = "claude-sonnet-5"
+"""The model asked when a question names none and the real API answers."""
+LOCAL_MODEL = "citegate-local-1"
+"""The model name the embedded local engine answers as."""
 
 
 class Settings(BaseSettings):

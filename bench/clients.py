@@ -1,9 +1,7 @@
-"""What one upstream request costs the process that sends it, by HTTP client: httpx's
-transport API over aiohttp, as Citegate sends (``create_transport``), an ``httpx.AsyncClient``
-over that same transport (as Citegate sent before, but for its cookie jar, which Citegate's
-client left empty without reading responses for cookies), httpx over its own httpcore (the bare
-forwarder's, bench/forwarder.py) and aiohttp alone; and Citegate's whole upstream call,
-``UpstreamClient.create_message`` (the same, plus encoding the request's JSON, the retry
+"""What one upstream request costs the process that sends it, by HTTP client: Citegate's
+``httpx.AsyncClient`` over httpx-aiohttp (``create_http_client``), httpx over its own httpcore
+(the bare forwarder's, bench/forwarder.py) and aiohttp alone; and Citegate's whole upstream
+call, ``UpstreamClient.create_message`` (the same, plus encoding the request's JSON, the retry
 loop, a metric, and parsing the answer into a ``Message``). Each POSTs bench/overhead.py's
 Messages request (three 100 KB documents, 300 KB of JSON) to its instant fake, in its own
 process, and reads the whole answer, on uvloop as Citegate runs; the figure is this
@@ -28,7 +26,7 @@ from overhead import messages_request
 
 from app.observability import Metrics
 from app.settings import Settings
-from app.upstream.client import UpstreamClient, create_transport
+from app.upstream.client import UpstreamClient, create_http_client
 
 Send = Callable[[], Awaitable[None]]
 
@@ -47,10 +45,8 @@ async def measure(base_url: str, requests: int, repetitions: int) -> None:
     body = orjson.dumps(request)
     headers = {"content-type": "application/json"}
     settings = Settings(anthropic_base_url=base_url, anthropic_api_key="bench-key")
-    transport = create_transport(settings)
-    upstream = UpstreamClient(transport, settings, Metrics())
-    client = httpx.AsyncClient(base_url=base_url, transport=create_transport(settings))
-    url = httpx.URL(f"{base_url}/v1/messages")
+    http = create_http_client(settings)
+    upstream = UpstreamClient(create_http_client(settings), settings, Metrics())
     forwarder = httpx.AsyncClient(base_url=base_url, timeout=60)
     session = aiohttp.ClientSession(base_url=base_url)
 
@@ -62,17 +58,11 @@ async def measure(base_url: str, requests: int, repetitions: int) -> None:
         async with session.post("/v1/messages", data=body, headers=headers) as response:
             await response.read()
 
-    async def through_transport() -> None:
-        sent = httpx.Request("POST", url, content=body, headers=headers)
-        response = await transport.handle_async_request(sent)
-        await response.aread()
-
     async def through_upstream() -> None:
         await upstream.create_message(request)
 
     clients: dict[str, Send] = {
-        "httpx transport over aiohttp (Citegate)": through_transport,
-        "httpx client over it (before)": lambda: through_httpx(client),
+        "httpx over httpx-aiohttp (Citegate)": lambda: through_httpx(http),
         "httpx over httpcore (forwarder)": lambda: through_httpx(forwarder),
         "aiohttp alone": through_aiohttp,
         "UpstreamClient.create_message": through_upstream,
@@ -83,8 +73,7 @@ async def measure(base_url: str, requests: int, repetitions: int) -> None:
             for name, send in clients.items():
                 figures[name].append(await cpu_per_request(send, requests))
     finally:
-        await transport.aclose()
-        await client.aclose()
+        await http.aclose()
         await forwarder.aclose()
         await session.close()
     print(f"CPU per 300 KB request and its answer, median of {repetitions}:")

@@ -1,9 +1,8 @@
 """The least a relay of streamed answers can cost on a machine: a raw ASGI app on uvicorn (no
 framework, no middleware) that posts the Messages request it is given to the upstream through
-one aiohttp session, reads the events with Citegate's own reader (app/upstream/sse.py), parses
-each as JSON and frames it again, one write per upstream read, as Citegate does. Nothing
-checked, resolved or stored. bench/streams.py --relays measures it beside Citegate and
-bench/forwarder.py.
+the client stack Citegate uses (httpx over httpx-aiohttp), reads the events with httpx-sse,
+parses each as JSON and frames it again, one write per event. Nothing checked, resolved or
+stored. bench/streams.py --relays measures it beside Citegate and bench/forwarder.py.
 
     .venv/bin/python bench/relay.py --port 9000 --upstream http://127.0.0.1:9001
 """
@@ -13,29 +12,30 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-import aiohttp
+import httpx
 import orjson
 import uvicorn
-
-from app.upstream.sse import EventReader
+from httpx_aiohttp import AiohttpTransport
+from httpx_sse import aconnect_sse
 
 Message = dict[str, Any]
 
 
 def create_app(upstream: str) -> Any:
-    session: aiohttp.ClientSession | None = None
+    client: httpx.AsyncClient | None = None
 
     async def app(scope: Message, receive: Any, send: Any) -> None:
-        nonlocal session
+        nonlocal client
         if scope["type"] == "lifespan":
             await receive()  # lifespan.startup
-            session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0))
+            limits = httpx.Limits(max_connections=None)
+            client = httpx.AsyncClient(transport=AiohttpTransport(limits=limits), timeout=300)
             await send({"type": "lifespan.startup.complete"})
             await receive()  # lifespan.shutdown
-            await session.close()
+            await client.aclose()
             await send({"type": "lifespan.shutdown.complete"})
             return
-        assert session is not None
+        assert client is not None
         if scope["path"] == "/healthz":
             await send({"type": "http.response.start", "status": 200, "headers": []})
             await send({"type": "http.response.body", "body": b"ok"})
@@ -47,16 +47,12 @@ def create_app(upstream: str) -> Any:
         headers = [(b"content-type", b"text/event-stream")]
         await send({"type": "http.response.start", "status": 200, "headers": headers})
         json = {"content-type": "application/json"}
-        async with session.post(f"{upstream}/v1/messages", data=body, headers=json) as response:
-            reader = EventReader()
-            async for chunk in response.content.iter_any():
-                framed = []
-                for name, data in reader.feed(chunk):
-                    data = orjson.dumps(orjson.loads(data)).decode()
-                    framed.append(f"event: {name}\r\ndata: {data}\r\n\r\n".encode())
-                if framed:
-                    message = {"type": "http.response.body", "body": b"".join(framed)}
-                    await send({**message, "more_body": True})
+        url = f"{upstream}/v1/messages"
+        async with aconnect_sse(client, "POST", url, content=body, headers=json) as source:
+            async for sse in source.aiter_sse():
+                data = orjson.dumps(orjson.loads(sse.data)).decode()
+                framed = f"event: {sse.event}\r\ndata: {data}\r\n\r\n".encode()
+                await send({"type": "http.response.body", "body": framed, "more_body": True})
         await send({"type": "http.response.body", "body": b"", "more_body": False})
 
     return app

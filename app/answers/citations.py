@@ -13,9 +13,10 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
-from app.answers.prompt import PromptDocument, passage_blocks
+from app.answers.prompt import passage_blocks
 from app.documents.index import DocumentIndex, merged_locator, same_passage
 from app.documents.kinds import all_kinds, kind_named
+from app.documents.sources import PromptDocument
 from app.search.passages import Passage
 
 log = logging.getLogger(__name__)

@@ -11,8 +11,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from app.answers.citations import resolve_citation
-from app.answers.prompt import PromptDocument
 from app.documents.index import DocumentIndex
+from app.documents.sources import PromptDocument
 from app.search.passages import Passage
 
 Event = tuple[str, dict[str, Any]]

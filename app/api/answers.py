@@ -2,36 +2,45 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator, Sequence
+from contextlib import aclosing
 from typing import Annotated, Any
 
 import orjson
-from fastapi import APIRouter, Depends, Path, Request, Response
+from fastapi import APIRouter, Depends, Request, Response, status
 from starlette.background import BackgroundTask
 
-from app.answers import service
-from app.answers.schemas import STREAM_EVENT_DATA, AnswerOut, AnswerRequest, TokenCount
-from app.answers.streaming import Event
-from app.api.deps import PdfPagesDep, PrincipalDep, RequestSession, SessionDep, TenantDep
+from app.answers import service, store
+from app.answers.answer import AnswerOut
+from app.answers.context import AnswerContext
+from app.answers.relay import Relayed, RelayedAnswer
+from app.answers.schemas import STREAM_EVENT_DATA, AnswerRequest, TokenCount
+from app.api.deps import (
+    AnswerId,
+    PdfPagesDep,
+    PrincipalDep,
+    RequestSession,
+    SessionDep,
+    TenantDep,
+)
 from app.api.event_stream import EventStream, server_sent
 from app.api.problems import (
     AUTH_PROBLEMS,
     BODY_PROBLEMS,
     PROBLEM_REF,
     UPSTREAM_PROBLEMS,
+    ProblemResponse,
     links,
     problems,
 )
-from app.api.responses import OrjsonResponse
-from app.documents.schemas import NO_NUL
 
 
-async def _context(request: Request) -> service.AnswerContext:  # async: no worker thread
-    context: service.AnswerContext = request.app.state.answer_context
+async def _context(request: Request) -> AnswerContext:  # async: no worker thread
+    context: AnswerContext = request.app.state.answer_context
     return context
 
 
-ContextDep = Annotated[service.AnswerContext, Depends(_context)]
-AnswerId = Annotated[str, Path(pattern=NO_NUL, description="The answer's id, `ans_…`.")]
+ContextDep = Annotated[AnswerContext, Depends(_context)]
 router = APIRouter(prefix="/v1/answers", tags=["answers"], responses=problems(*AUTH_PROBLEMS))
 
 _COMPONENTS = "#/components/schemas/"
@@ -98,6 +107,7 @@ _STREAM_DESCRIPTION = (
     operation_id="createAnswer",
     summary="Ask a question about documents; every citation resolved to a stored span",
     response_model=AnswerOut,
+    response_model_exclude_unset=True,  # an answer as stored (AnswerOut)
     response_description=_STREAM_DESCRIPTION,
     responses={
         200: {
@@ -107,30 +117,40 @@ _STREAM_DESCRIPTION = (
         **problems(*BODY_PROBLEMS, 404, 409, *UPSTREAM_PROBLEMS),
     },
 )
-async def create_answer(body: AnswerRequest, request: Request, principal: PrincipalDep) -> Response:
-    # The session and the context are not dependencies: FastAPI solves each dependency anew
-    # for every request, and a session's (with ``yield``) costs more than the session
-    # (``RequestSession``; docs/ARCHITECTURE.md has the measure).
-    context: service.AnswerContext = request.app.state.answer_context
+async def create_answer(
+    body: AnswerRequest, request: Request, principal: PrincipalDep
+) -> AnswerOut | Response:
+    # The session is opened here rather than as a dependency (RequestSession says why).
+    context: AnswerContext = request.app.state.answer_context
     if body.stream:
         async with RequestSession(request) as session:
             relayed = await service.open_stream(session, principal, body, context)
         return EventStream(
-            relayed.events(),
-            encode=_written,
+            _written(relayed),
             ping=context.settings.sse_keepalive_seconds,
             send_timeout=context.settings.stream_send_timeout_seconds or None,
             # Stores and frees what a stream that was never read (or cut short) still holds.
-            background=BackgroundTask(relayed.close),
+            finish=BackgroundTask(relayed.close),
         )
     async with RequestSession(request) as session:
-        answer = await service.create_answer(session, principal, body, context)
-    return OrjsonResponse(service.answer_payload(answer))
+        return await service.create_answer(session, principal, body, context)
 
 
-def _written(events: list[Event]) -> bytes:
-    """The events of one read of the upstream, as one write."""
-    return server_sent((name, orjson.dumps(data).decode()) for name, data in events)
+async def _written(relayed: RelayedAnswer) -> AsyncIterator[bytes]:
+    """The relay's events, those of each upstream event as one write."""
+    async with aclosing(relayed.events()) as events:
+        async for made in events:
+            yield server_sent(_encoded(made))
+
+
+def _encoded(events: Sequence[Relayed]) -> list[tuple[str, str]]:
+    return [
+        (
+            name,
+            data.model_dump_json() if isinstance(data, AnswerOut) else orjson.dumps(data).decode(),
+        )
+        for name, data in events
+    ]
 
 
 @router.post(
@@ -151,10 +171,25 @@ async def count_answer_tokens(
     operation_id="getAnswer",
     summary="Get a stored answer",
     response_model=AnswerOut,
+    response_model_exclude_unset=True,  # an answer as stored (AnswerOut)
     responses=problems(404, 422),
 )
 async def get_answer(
     answer_id: AnswerId, session: SessionDep, tenant_id: TenantDep, pages: PdfPagesDep
-) -> OrjsonResponse:
-    answer = await service.get_answer(session, tenant_id, answer_id)
-    return OrjsonResponse(await service.answer_out(session, pages, answer))
+) -> AnswerOut:
+    answer = await store.get_answer(session, tenant_id, answer_id)
+    return await store.answer_out(session, pages, answer)
+
+
+@router.delete(
+    "/{answer_id}",
+    operation_id="deleteAnswer",
+    summary="Delete an answer; its share links stop working",
+    status_code=status.HTTP_204_NO_CONTENT,
+    response_class=ProblemResponse,  # every body it sends is a problem: see app.api.problems
+    response_description="Deleted.",
+    responses=problems(404, 422, model=True),
+)
+async def delete_answer(answer_id: AnswerId, session: SessionDep, tenant_id: TenantDep) -> Response:
+    await store.delete_answer(session, tenant_id, answer_id)
+    return Response(status_code=status.HTTP_204_NO_CONTENT)

@@ -19,7 +19,8 @@ from pydantic import ValidationError
 from starlette.background import BackgroundTask
 
 from app.answers import service as answers
-from app.answers.service import RelayedAnswer
+from app.answers.context import AnswerContext
+from app.answers.relay import RelayedAnswer, open_relay
 from app.api.answers import ContextDep
 from app.api.batches import PollerDep
 from app.api.deps import (
@@ -33,7 +34,7 @@ from app.api.documents import content_response, store_uploaded_file
 from app.api.event_stream import EventStream, server_sent
 from app.batches import service as batches
 from app.compat import service
-from app.compat.batches import MessageBatchBody, message_batch, open_results, prepare_questions
+from app.compat.batches import MessageBatchBody, message_batch, open_results, prepare_question
 from app.compat.errors import error_event_data
 from app.compat.messages import (
     InvalidBody,
@@ -45,8 +46,8 @@ from app.compat.messages import (
 from app.db.models import AnswerBatch, Document
 from app.db.tenancy import list_around
 from app.documents import service as documents
-from app.documents.schemas import NO_NUL
 from app.errors import CitegateError, ErrorCode
+from app.ids import NO_NUL
 
 router = APIRouter(prefix="/anthropic/v1", tags=["anthropic"], include_in_schema=False)
 FileId = Annotated[str, Path(pattern=NO_NUL, max_length=100)]
@@ -70,13 +71,13 @@ async def _parsed(request: Request, *, create: bool) -> MessagesRequest:
 @router.post("/messages", operation_id="anthropicCreateMessage")
 async def create_message(request: Request, principal: AnthropicPrincipalDep) -> Response:
     # The session and the context are not dependencies, as for /v1/answers (RequestSession).
-    context: answers.AnswerContext = request.app.state.answer_context
+    context: AnswerContext = request.app.state.answer_context
     parsed = await _parsed(request, create=True)
     async with RequestSession(request) as session:
         prepared = await service.prepare(session, principal.tenant_id, parsed, context)
     headers = service.upstream_headers(request.headers)
     if parsed.stream:
-        relayed = await answers.open_relay(context, principal, prepared, headers)
+        relayed = await open_relay(context, principal, prepared, headers)
         return EventStream(
             _relayed(relayed),
             ping=context.settings.sse_keepalive_seconds,
@@ -85,30 +86,30 @@ async def create_message(request: Request, principal: AnthropicPrincipalDep) -> 
                 ANSWER_HEADER: prepared.id,
                 "request-id": relayed.request_id or "",
             },
-            background=BackgroundTask(relayed.close),
+            finish=BackgroundTask(relayed.close),
         )
     answer, reply = await answers.answer_prepared(context, principal, prepared, headers)
     message = orjson.loads(reply.body)
-    enrich_message(message, answer["segments"])
+    enrich_message(message, answer.model_dump(include={"segments"}, exclude_unset=True)["segments"])
     return Response(
         orjson.dumps(message),
         media_type="application/json",
-        headers={ANSWER_HEADER: answer["id"], "request-id": reply.request_id or ""},
+        headers={ANSWER_HEADER: answer.id, "request-id": reply.request_id or ""},
     )
 
 
 async def _relayed(relayed: RelayedAnswer) -> AsyncIterator[bytes]:
-    # aclosing: when this generator is closed, the relay is closed now, not at GC time.
-    async with aclosing(relayed.frames()) as batches:
-        async for batch in batches:  # one write for each read of the upstream
-            yield server_sent((frame.name, relayed_data(frame, made)) for frame, made in batch)
+    """The upstream's events as it sent them, citations enriched, one write each."""
+    async with aclosing(relayed.frames()) as frames:
+        async for frame, made in frames:
+            yield server_sent([(frame.name, relayed_data(frame, made))])
     if relayed.failure is not None:
         yield server_sent([("error", error_event_data(relayed.failure))])
 
 
 @router.post("/messages/count_tokens", operation_id="anthropicCountMessageTokens")
 async def count_message_tokens(request: Request, principal: AnthropicPrincipalDep) -> Response:
-    context: answers.AnswerContext = request.app.state.answer_context
+    context: AnswerContext = request.app.state.answer_context
     parsed = await _parsed(request, create=False)
     async with RequestSession(request) as session:
         prepared = await service.prepare(session, principal.tenant_id, parsed, context)
@@ -219,7 +220,9 @@ async def create_message_batch(
     context: ContextDep,
     poller: PollerDep,
 ) -> dict[str, Any]:
-    questions = await prepare_questions(session, principal.tenant_id, body.requests, context)
+    questions = await batches.prepare_questions(
+        session, principal.tenant_id, body.requests, context, prepare_question
+    )
     batch = await batches.store_batch(principal, questions, context)
     poller.wake()
     [out] = await _message_batches(request, session, [batch])

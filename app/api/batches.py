@@ -7,7 +7,7 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Path, Request, status
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.answers.service import answer_out
+from app.answers.store import answer_out
 from app.api.answers import ContextDep
 from app.api.deps import (
     DEFAULT_LIMIT,
@@ -26,10 +26,11 @@ from app.batches.schemas import (
     AnswerBatchOut,
     AnswerBatchPage,
     AnswerBatchRequest,
+    AnswerBatchResult,
     AnswerBatchResultPage,
 )
 from app.db.models import AnswerBatch
-from app.documents.schemas import NO_NUL
+from app.ids import NO_NUL
 
 
 async def _poller(request: Request) -> BatchPoller:  # async: no worker thread
@@ -109,6 +110,7 @@ async def get_answer_batch(
     operation_id="listAnswerBatchResults",
     summary="List a batch's results in request order: those known so far",
     response_model=AnswerBatchResultPage,
+    response_model_exclude_unset=True,  # an answer as stored (AnswerOut)
     responses=problems(404, 422),
 )
 async def list_answer_batch_results(
@@ -118,21 +120,21 @@ async def list_answer_batch_results(
     pages: PdfPagesDep,
     limit: LimitQuery = DEFAULT_LIMIT,
     cursor: CursorQuery = None,
-) -> OrjsonResponse:
+) -> AnswerBatchResultPage:
     page = await service.list_results(session, tenant_id, batch_id, limit, cursor)
     data = [
-        {
-            "custom_id": result.custom_id,
-            "status": result.status,
+        AnswerBatchResult(
+            custom_id=result.custom_id,
+            status=result.status,
             # As getAnswer shows it: boxes on the spans of PDFs, measured on read.
-            "answer": None
+            answer=None
             if result.answer is None
             else await answer_out(session, pages, result.answer),
-            "error": result.error,
-        }
+            error=result.error,
+        )
         for result in page.items
     ]
-    return OrjsonResponse({"data": data, "next_cursor": page.next_cursor})
+    return AnswerBatchResultPage(data=data, next_cursor=page.next_cursor)
 
 
 @router.post(

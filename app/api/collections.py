@@ -6,8 +6,8 @@ from typing import Annotated
 
 from fastapi import APIRouter, Path, Response, status
 
-from app.api.deps import DEFAULT_LIMIT, CursorQuery, LimitQuery, SessionDep, TenantDep
-from app.api.documents import DocumentId, document_out
+from app.api.deps import DEFAULT_LIMIT, CursorQuery, DocumentId, LimitQuery, SessionDep, TenantDep
+from app.api.documents import document_out
 from app.api.problems import AUTH_PROBLEMS, BODY_PROBLEMS, ProblemResponse, links, problems
 from app.collections import service
 from app.collections.schemas import (
@@ -16,7 +16,8 @@ from app.collections.schemas import (
     CollectionPage,
     CreateCollectionRequest,
 )
-from app.documents.schemas import NO_NUL, DocumentPage
+from app.documents.schemas import DocumentPage
+from app.ids import NO_NUL
 
 CollectionId = Annotated[str, Path(pattern=NO_NUL, description="The collection's id, `col_…`.")]
 router = APIRouter(

@@ -6,7 +6,8 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Path, Response, status
 
-from app.answers.service import answer_out
+from app.answers.schemas import ConversationOut, ConversationPage
+from app.answers.store import answer_out
 from app.api.answers import ContextDep
 from app.api.deps import (
     DEFAULT_LIMIT,
@@ -17,12 +18,11 @@ from app.api.deps import (
     TenantDep,
 )
 from app.api.problems import AUTH_PROBLEMS, BODY_PROBLEMS, ProblemResponse, links, problems
-from app.api.responses import OrjsonResponse
 from app.conversations import service
-from app.conversations.schemas import ConversationOut, ConversationPage, ConversationRequest
+from app.conversations.schemas import ConversationRequest
 from app.db.models import Conversation
-from app.documents.schemas import NO_NUL
 from app.documents.sources import request_limits
+from app.ids import NO_NUL
 
 ConversationId = Annotated[
     str, Path(pattern=NO_NUL, description="The conversation's id, `conv_…`.")
@@ -95,18 +95,18 @@ async def list_conversations(
     operation_id="getConversation",
     summary="Get a conversation with its answers in order",
     response_model=ConversationOut,
+    response_model_exclude_unset=True,  # its answers as stored (AnswerOut)
     responses=problems(404, 422),
 )
 async def get_conversation(
     conversation_id: ConversationId, session: SessionDep, tenant_id: TenantDep, pages: PdfPagesDep
-) -> OrjsonResponse:
+) -> ConversationOut:
     conversation = await service.get_conversation(session, tenant_id, conversation_id)
     answers = await service.answers_of(session, conversation.id)
     [documents] = await service.describe_documents(session, tenant_id, [conversation])
-    body = conversation_out(conversation, documents).model_dump(mode="json")
-    # The answers as stored, like getAnswer: not validated against today's citation types.
-    body["answers"] = [await answer_out(session, pages, answer) for answer in answers]
-    return OrjsonResponse(body)
+    out = conversation_out(conversation, documents)
+    out.answers = [await answer_out(session, pages, answer) for answer in answers]
+    return out
 
 
 @router.delete(

@@ -6,7 +6,7 @@ from collections.abc import AsyncIterator
 from typing import Annotated
 
 import anyio
-from fastapi import Depends, Query, Request
+from fastapi import Depends, Path, Query, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -16,6 +16,7 @@ from app.db.models import DEFAULT_TENANT_ID
 from app.documents.pages import PdfPages
 from app.documents.sources import SourceCache
 from app.errors import Unauthorized
+from app.ids import NO_NUL
 from app.pagination import DEFAULT_LIMIT, MAX_LIMIT
 from app.settings import Settings
 
@@ -128,14 +129,18 @@ async def _tenant_id(principal: PrincipalDep) -> str:
 
 
 TenantDep = Annotated[str, Depends(_tenant_id)]
+AnswerId = Annotated[str, Path(pattern=NO_NUL, description="The answer's id, `ans_…`.")]
+DocumentId = Annotated[str, Path(pattern=NO_NUL, description="The document's id, `doc_…`.")]
 LimitQuery = Annotated[int, Query(ge=1, le=MAX_LIMIT, description=f"Page size, 1 to {MAX_LIMIT}.")]
 CursorQuery = Annotated[
     str | None, Query(description="`next_cursor` of the previous page.", max_length=200)
 ]
 __all__ = [
     "DEFAULT_LIMIT",
+    "AnswerId",
     "AnthropicPrincipalDep",
     "CursorQuery",
+    "DocumentId",
     "LimitQuery",
     "PdfPagesDep",
     "PrincipalDep",

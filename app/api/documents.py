@@ -6,7 +6,7 @@ from pathlib import PurePosixPath, PureWindowsPath
 from typing import Annotated, Any
 from urllib.parse import quote
 
-from fastapi import APIRouter, Depends, File, Path, Request, Response, UploadFile, status
+from fastapi import APIRouter, Depends, File, Request, Response, UploadFile, status
 from fastapi.exceptions import RequestValidationError
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -14,6 +14,7 @@ from app.api.body_limit import body_limits
 from app.api.deps import (
     DEFAULT_LIMIT,
     CursorQuery,
+    DocumentId,
     LimitQuery,
     SessionDep,
     SettingsDep,
@@ -26,7 +27,6 @@ from app.db.models import Document, DocumentChunk
 from app.documents import service
 from app.documents.kinds import ParseOptions, all_kinds
 from app.documents.schemas import (
-    NO_NUL,
     ChunkOut,
     ChunkPage,
     CreateDocumentRequest,
@@ -37,7 +37,6 @@ from app.documents.schemas import (
 from app.errors import PayloadTooLarge
 from app.settings import Settings
 
-DocumentId = Annotated[str, Path(pattern=NO_NUL, description="The document's id, `doc_…`.")]
 _DOCUMENT_LINKS = links(
     "document_id", "getDocument", "getDocumentContent", "listDocumentChunks", "deleteDocument"
 )

@@ -16,18 +16,15 @@ from fastapi import APIRouter, Path, Query, Request, Response, status
 from fastapi.responses import HTMLResponse
 from pydantic import BaseModel, ConfigDict, Field
 
-from app.answers.service import answer_out
-from app.api.deps import PdfPagesDep, SessionDep, TenantDep
-from app.api.problems import AUTH_PROBLEMS, BODY_PROBLEMS, ProblemResponse, problems
+from app.answers.store import answer_out
+from app.api.deps import AnswerId, DocumentId, PdfPagesDep, SessionDep, TenantDep
+from app.api.problems import AUTH_PROBLEMS, BODY_PROBLEMS, problems
 from app.api.responses import OrjsonResponse
 from app.documents.pictures import DEFAULT_WIDTH, MAX_WIDTH, MIN_WIDTH, owned_page_image
 from app.documents.pictures import page_image as render_page
-from app.documents.schemas import NO_NUL
 from app.errors import CitegateError
 from app.sharing import service, viewer
 
-DocumentId = Annotated[str, Path(pattern=NO_NUL, description="The document's id, `doc_…`.")]
-AnswerId = Annotated[str, Path(pattern=NO_NUL, description="The answer's id, `ans_…`.")]
 PageNumber = Annotated[int, Path(ge=1, description="The 1-based page number.")]
 Width = Annotated[
     int,
@@ -118,21 +115,6 @@ async def create_answer_share_link(
     )
 
 
-@api.delete(
-    "/v1/answers/{answer_id}",
-    operation_id="deleteAnswer",
-    summary="Delete an answer; its share links stop working",
-    tags=["answers"],
-    status_code=status.HTTP_204_NO_CONTENT,
-    response_class=ProblemResponse,  # every body it sends is a problem: see app.api.problems
-    response_description="Deleted.",
-    responses=problems(404, 422, model=True),
-)
-async def delete_answer(answer_id: AnswerId, session: SessionDep, tenant_id: TenantDep) -> Response:
-    await service.delete_answer(session, tenant_id, answer_id)
-    return Response(status_code=status.HTTP_204_NO_CONTENT)
-
-
 # The page a share link opens, and what it loads.
 
 
@@ -147,9 +129,9 @@ async def shared_answer(
     answer = await service.shared_answer(session, token)
     if answer is None:
         return _not_found()
-    payload = await answer_out(session, pages, answer)
+    shown = await answer_out(session, pages, answer)
     documents = await service.shared_documents(session, answer)
-    html = viewer.render_answer(payload, documents, token)
+    html = viewer.render_answer(shown.model_dump(mode="json"), documents, token)
     return HTMLResponse(html, headers=viewer.PAGE_HEADERS)
 
 

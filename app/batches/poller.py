@@ -24,20 +24,14 @@ from sqlalchemy import and_, bindparam, func, or_, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from app.answers.service import (
-    AnswerContext,
-    Prepared,
-    answer_values,
-    count_stored,
-    passages_asked,
-    usage_of,
-)
+from app.answers.context import AnswerContext
+from app.answers.request import Prepared, passages_asked
+from app.answers.store import Reply, answer_row, count_stored
 from app.batches.service import PENDING
 from app.db.models import Answer, AnswerBatch, AnswerBatchRequest, utcnow
 from app.documents.sources import SourceDocument, load_sources, request_limits, sent_blocks
 from app.errors import CitegateError, ErrorCode, problem_body, problem_of
-from app.upstream.client import error_of_body
-from app.upstream.errors import UpstreamError
+from app.upstream.errors import UpstreamError, error_of_body
 from app.upstream.wire import BatchResult, Message
 
 log = logging.getLogger(__name__)
@@ -373,16 +367,10 @@ def _answer_row(
         # A compatible request's blocks are its sources one for one (it sends no windows).
         sent=None if None in sources else sent_blocks([s for s in sources if s is not None]),
     )
-    return answer_values(
+    return answer_row(
         prepared,
         tenant_id,
-        status="completed",
-        content=[block.model_dump(exclude_none=True) for block in message.content],
-        model=message.model,
-        stop_reason=message.stop_reason,
-        usage=usage_of(message),
-        message_id=message.id,
-        request_id=None,
+        Reply.of_message(message, None),
         batch_id=batch_id,
         documents=request.documents,
     )

@@ -7,7 +7,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from app.answers.schemas import AnswerOut
+from app.answers.answer import AnswerOut
 from app.upstream.wire import CUSTOM_ID_PATTERN, MAX_BATCH_REQUESTS
 
 # What a batch request may not have of createAnswer's body: it is never streamed, and it is no

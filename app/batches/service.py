@@ -10,10 +10,10 @@ so its Answer is stored once however often its result is read.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 import anyio
 import orjson
@@ -21,8 +21,10 @@ from pydantic import ValidationError
 from sqlalchemy import func, insert, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from app.answers.context import AnswerContext
+from app.answers.request import Prepared, prepare
 from app.answers.schemas import AnswerRequest
-from app.answers.service import AnswerContext, Prepared, prepare, system_text
+from app.answers.store import system_text
 from app.auth.keys import Principal
 from app.batches.schemas import NOT_IN_BATCHES, AnswerBatchItem
 from app.db.models import Answer, AnswerBatch, AnswerBatchRequest, utcnow
@@ -63,25 +65,35 @@ class BatchQuestion:
     error: dict[str, Any] | None = None
 
 
+class _Item(Protocol):
+    @property
+    def custom_id(self) -> str: ...
+
+
+Item = TypeVar("Item", bound=_Item)
+
+
 async def prepare_questions(
     session: AsyncSession,
     tenant_id: str,
-    items: Sequence[AnswerBatchItem],
+    items: Sequence[Item],
     context: AnswerContext,
+    prepare_one: Callable[[AsyncSession, str, Item, AnswerContext], Awaitable[BatchQuestion]],
 ) -> list[BatchQuestion]:
-    """Check and build every request as createAnswer would; a request that cannot be asked
-    gets its problem. The session's connection is given back at the end."""
+    """Check and build every request with ``prepare_one`` (as createAnswer would, or as the
+    Messages API would); a request that cannot be asked gets its problem. The session's
+    connection is given back at the end."""
     check_unique([item.custom_id for item in items])
     questions = []
     try:
         for item in items:
-            questions.append(await _prepare_one(session, tenant_id, item, context))
+            questions.append(await prepare_one(session, tenant_id, item, context))
     finally:
         await session.rollback()  # only reads; a refusal may have left a transaction open
     return questions
 
 
-async def _prepare_one(
+async def prepare_question(
     session: AsyncSession, tenant_id: str, item: AnswerBatchItem, context: AnswerContext
 ) -> BatchQuestion:
     fields = dict(item.model_extra or {})
@@ -150,7 +162,9 @@ async def create_batch(
 ) -> AnswerBatch:
     """Check every request, send those that can be asked upstream as one Message Batch, and
     store the batch with every request (the refused ones already ``errored``)."""
-    questions = await prepare_questions(session, principal.tenant_id, items, context)
+    questions = await prepare_questions(
+        session, principal.tenant_id, items, context, prepare_question
+    )
     return await store_batch(principal, questions, context)
 
 

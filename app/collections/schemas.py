@@ -7,7 +7,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from app.documents.schemas import NO_NUL, Id
+from app.ids import NO_NUL, Id
 
 _NEXT_CURSOR = "`cursor` for the next page; null on the last page."
 

@@ -19,11 +19,10 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.answers.service import AnswerContext
+from app.answers.context import AnswerContext
 from app.batches.service import (
     BatchQuestion,
     batch_payload,
-    check_unique,
     invalid_problem,
     time_text,
 )
@@ -48,27 +47,11 @@ class MessageBatchBody(BaseModel):
     requests: list[MessageBatchItem] = Field(min_length=1, max_length=MAX_BATCH_REQUESTS)
 
 
-async def prepare_questions(
-    session: AsyncSession,
-    tenant_id: str,
-    items: Sequence[MessageBatchItem],
-    context: AnswerContext,
-) -> list[BatchQuestion]:
-    """Each request built as ``/anthropic/v1/messages`` builds it; one that cannot be asked
-    gets its problem (and is ``errored``), the others are asked."""
-    check_unique([item.custom_id for item in items])
-    questions = []
-    try:
-        for item in items:
-            questions.append(await _prepare_one(session, tenant_id, item, context))
-    finally:
-        await session.rollback()
-    return questions
-
-
-async def _prepare_one(
+async def prepare_question(
     session: AsyncSession, tenant_id: str, item: MessageBatchItem, context: AnswerContext
 ) -> BatchQuestion:
+    """The request built as ``/anthropic/v1/messages`` builds it, or the problem that keeps it
+    from being asked (an ``errored`` result)."""
     try:
         request = messages_request(item.params, create=True)
     except ValidationError as exc:

@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from app.answers.prompt import EPHEMERAL, cache_breakpoints
 from app.answers.streaming import Event
 from app.documents.sources import DocumentsTooLarge, SourceDocument
-from app.upstream.client import Frame
+from app.upstream.stream import Frame
 from app.upstream.wire import MAX_CACHE_BREAKPOINTS
 
 

@@ -7,7 +7,8 @@ from collections.abc import Mapping
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.answers.service import AnswerContext, Prepared
+from app.answers.context import AnswerContext
+from app.answers.request import Prepared
 from app.compat.messages import MessagesRequest, ground
 from app.documents.sources import load_sources, request_limits
 from app.ids import new_id

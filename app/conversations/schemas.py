@@ -1,13 +1,11 @@
-"""The conversations half of the contract."""
+"""What creating a conversation takes. (A conversation as the API shows it has its turns, which
+are answers: ``app.answers.schemas.ConversationOut``.)"""
 
 from __future__ import annotations
 
-from datetime import datetime
-
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from app.answers.schemas import AnswerDocument, AnswerOut
-from app.documents.schemas import NO_NUL, Id
+from app.ids import NO_NUL, Id
 from app.upstream.wire import MAX_DOCUMENTS_PER_REQUEST
 
 
@@ -48,53 +46,3 @@ class ConversationRequest(BaseModel):
         if (self.document_ids is None) == (self.collection_id is None):
             raise ValueError("give either document_ids or collection_id, not both or neither")
         return self
-
-
-class ConversationOut(BaseModel):
-    """A conversation: fixed documents, model and system prompt; its turns are answers."""
-
-    model_config = ConfigDict(
-        json_schema_extra={
-            "examples": [
-                {
-                    "id": "conv_01jf3k6t7v8w",
-                    "title": "Q3 report questions",
-                    "system": "Answer in one sentence.",
-                    "model": "claude-sonnet-4-5",
-                    "documents": [
-                        {
-                            "document_index": 0,
-                            "document_id": "doc_01jf3k2m4n5p",
-                            "title": "Q3 report",
-                        }
-                    ],
-                    "created_at": "2025-01-01T12:00:00Z",
-                    "answers": [],
-                }
-            ]
-        }
-    )
-
-    id: str
-    title: str | None
-    system: str | None
-    model: str | None
-    documents: list[AnswerDocument] = Field(
-        description="The documents sent whole with every turn; empty over a collection."
-    )
-    collection_id: str | None = Field(
-        default=None, description="The collection each turn retrieves from."
-    )
-    created_at: datetime
-    answers: list[AnswerOut] | None = Field(
-        default=None, description="The turns in order; in getConversation only."
-    )
-
-
-class ConversationPage(BaseModel):
-    """A page of conversations, newest first (without their answers)."""
-
-    data: list[ConversationOut]
-    next_cursor: str | None = Field(
-        description="`cursor` for the next page; null on the last page."
-    )

@@ -12,8 +12,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from app.collections.service import collection_document_ids
 from app.conversations.schemas import ConversationRequest
 from app.db.models import Answer, Conversation, utcnow
-from app.db.tenancy import get_owned, list_newest
-from app.documents import service as documents
+from app.db.tenancy import get_owned, list_newest, titles_of
 from app.documents.sources import RequestLimits, SourceCache, describe_sources, load_sources
 from app.errors import Conflict, ErrorCode
 from app.ids import new_id
@@ -54,7 +53,7 @@ async def describe_documents(
 ) -> list[list[dict[str, Any]]]:
     """Each conversation's documents as its answers list them; a deleted one has no title."""
     ids = {document_id for c in conversations for document_id in c.document_ids}
-    titles = await documents.titles_of(session, tenant_id, ids)
+    titles = await titles_of(session, tenant_id, ids)
     return [
         [
             {"document_index": index, "document_id": document_id, "title": titles.get(document_id)}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Set
 from typing import TypeVar
 
 from sqlalchemy import select
@@ -68,3 +69,17 @@ async def list_around(
     if before_id is not None:
         rows.reverse()
     return rows, more
+
+
+async def titles_of(
+    session: AsyncSession, tenant_id: str, document_ids: Set[str]
+) -> dict[str, str | None]:
+    """The titles of those of the tenant's documents that exist, by id."""
+    if not document_ids:
+        return {}
+    rows = await session.execute(
+        select(Document.id, Document.title).where(
+            Document.tenant_id == tenant_id, Document.id.in_(document_ids)
+        )
+    )
+    return {document_id: title for document_id, title in rows.all()}

@@ -10,11 +10,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from pydantic.json_schema import SkipJsonSchema
 
 from app.documents.kinds import all_kinds
+from app.ids import NO_NUL
 
-# PostgreSQL text cannot hold NUL: every string that is stored or looked up refuses it here,
-# as a validation error, rather than failing in the database.
-NO_NUL = r"^[^\x00]*$"
-Id = Annotated[str, Field(min_length=1, max_length=100, pattern=NO_NUL)]
 Title = Annotated[
     str,
     Field(min_length=1, max_length=500, pattern=NO_NUL, description="1 to 500 characters."),

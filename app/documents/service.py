@@ -8,7 +8,6 @@ import binascii
 import hashlib
 import logging
 import time
-from collections.abc import Collection
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from email.message import Message
@@ -351,20 +350,6 @@ async def _insert_chunks(
 async def get_document(session: AsyncSession, tenant_id: str, document_id: str) -> Document:
     """The tenant's document; any other id, including another tenant's, is not found."""
     return await get_owned(session, Document, tenant_id, document_id, "document")
-
-
-async def titles_of(
-    session: AsyncSession, tenant_id: str, document_ids: Collection[str]
-) -> dict[str, str | None]:
-    """The titles of those of the tenant's documents that exist, by id."""
-    if not document_ids:
-        return {}
-    rows = await session.execute(
-        select(Document.id, Document.title).where(
-            Document.tenant_id == tenant_id, Document.id.in_(document_ids)
-        )
-    )
-    return {document_id: title for document_id, title in rows.all()}
 
 
 async def list_documents(

@@ -15,13 +15,38 @@ from cachetools import LRUCache, TTLCache
 from sqlalchemy import Row, bindparam, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.answers.prompt import PromptDocument, window_title
 from app.db.models import Document, DocumentBlob, DocumentChunk
 from app.documents.index import DocumentIndex, IndexedChunk
 from app.documents.kinds import DocumentKind, StoredParts, kind_named
 from app.errors import ErrorCode, InvalidRequest, NotFound
 from app.settings import Settings
 from app.upstream.wire import MAX_DOCUMENTS_PER_REQUEST, MAX_REQUEST_BYTES
+
+
+@dataclass(frozen=True, slots=True)
+class PromptDocument:
+    """A document block as the upstream receives it: a stored document, or a page window of
+    one, its kind made ``source``."""
+
+    title: str | None
+    context: str | None
+    source: dict[str, Any]
+    document_id: str | None = None
+    window: tuple[int, int] | None = None
+    """For a page window, the first and last page of the stored document it holds."""
+
+
+def window_title(title: str | None, window: tuple[int, int]) -> str:
+    """A page window's title: the document's, with the pages it holds ("… (pages 601–700)"),
+    within the upstream's 500 characters."""
+    pages = f"pages {window[0]}–{window[1]}"
+    if title is None:
+        return pages.capitalize()
+    suffix = f" ({pages})"
+    return title[: _MAX_TITLE - len(suffix)] + suffix
+
+
+_MAX_TITLE = 500
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,8 +15,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, StrictBool, Tag, field_validator
 
-from app.upstream.wire import CURRENT_VERSION
-from app.upstream.wire import LOCAL_MODEL as MODEL_NAME
+from app.settings import CURRENT_VERSION
+from app.settings import LOCAL_MODEL as MODEL_NAME
 
 __all__ = ["CURRENT_VERSION", "MODEL_NAME"]
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from app.documents.schemas import Id
+from app.ids import Id
 
 MAX_SEARCH_LIMIT = 100
 

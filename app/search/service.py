@@ -7,8 +7,7 @@ from collections.abc import Sequence
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.db.models import Collection
-from app.db.tenancy import get_owned
-from app.documents.service import titles_of
+from app.db.tenancy import get_owned, titles_of
 from app.search import index
 from app.search.passages import Passage, build_windows, candidate_hits, ranges_to_read
 from app.search.terms import affordable_terms, query_terms

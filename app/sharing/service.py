@@ -12,7 +12,7 @@ import secrets
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from sqlalchemy import delete, select
+from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.db.models import Answer, AnswerShareLink, Document, DocumentChunk, utcnow
@@ -66,14 +66,6 @@ async def shared_answer(session: AsyncSession, token: str) -> Answer | None:
         .where(AnswerShareLink.tenant_id == Answer.tenant_id)
     )
     return answer
-
-
-async def delete_answer(session: AsyncSession, tenant_id: str, answer_id: str) -> None:
-    """Delete the tenant's answer; its share links stop working with it."""
-    answer = await get_owned(session, Answer, tenant_id, answer_id, "answer")
-    await session.execute(delete(AnswerShareLink).where(AnswerShareLink.answer_id == answer.id))
-    await session.delete(answer)
-    await session.commit()
 
 
 def _cited_ids(answer: Answer) -> set[str]:

@@ -18,7 +18,13 @@ routes, which pass the upstream's errors on as they came.
 
 from __future__ import annotations
 
+import math
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Any
+
+import httpx
 
 from app.errors import CitegateError, ErrorCode
 
@@ -71,6 +77,53 @@ def error_for_status(
     return error
 
 
+# The statuses behind the error types that can arrive without one: inside a stream, or as a
+# batch's errored result.
+_ERROR_STATUS = {
+    "invalid_request_error": 400,
+    "authentication_error": 401,
+    "billing_error": 402,
+    "not_found_error": 404,
+    "permission_error": 403,
+    "request_too_large": 413,
+    "rate_limit_error": 429,
+    "api_error": 500,
+    "timeout_error": 504,
+    "overloaded_error": 529,
+}
+
+
+def error_of_body(
+    body: Any,
+    request_id: str | None,
+    *,
+    status: int | None = None,
+    retry_after: float | None = None,
+    fallback: str = "",
+) -> UpstreamError:
+    """Our error for an upstream error body, ``{"type": "error", "error": {"type",
+    "message"}, "request_id"}``: of an error response (its ``status``), of a stream's
+    ``error`` event or of a batch's errored result (the status its error type stands for).
+    ``fallback`` is the message when the body names none."""
+    error = body.get("error") if isinstance(body, dict) else None
+    if not isinstance(error, dict):
+        error = {}
+    kind = error.get("type")
+    kind = kind if isinstance(kind, str) else None
+    if status is None:
+        status = _ERROR_STATUS.get(kind or "", 500)
+    if request_id is None and isinstance(body, dict) and isinstance(body.get("request_id"), str):
+        request_id = body["request_id"]
+    message = error.get("message")
+    return error_for_status(
+        status,
+        message if isinstance(message, str) and message else fallback,
+        request_id,
+        None if retry_after is None else math.ceil(retry_after),
+        upstream_type=kind,
+    )
+
+
 def _error_for_status(
     status: int, message: str, request_id: str | None, retry_after: int | None
 ) -> UpstreamError:
@@ -107,3 +160,29 @@ def _error_for_status(
             request_id=request_id,
         )
     return UpstreamError(f"The upstream API failed with status {status}.", request_id=request_id)
+
+
+def request_id_of(response: httpx.Response) -> str | None:
+    request_id: str | None = response.headers.get("request-id")
+    return request_id
+
+
+@contextmanager
+def reading(response: httpx.Response, what: str) -> Iterator[None]:
+    """A body read as it arrives: its transport's failures as our errors, ``what`` says
+    which body ("the answer", "the batch's results")."""
+    request_id = request_id_of(response)
+    try:
+        yield
+    except httpx.TimeoutException as exc:
+        raise UpstreamError(
+            f"The upstream API stopped sending in the middle of {what}.",
+            code=ErrorCode.UPSTREAM_TIMEOUT,
+            request_id=request_id,
+        ) from exc
+    except httpx.TransportError as exc:
+        raise UpstreamError(
+            f"The connection to the upstream API dropped in the middle of {what}.",
+            code=ErrorCode.UPSTREAM_STREAM_INTERRUPTED,
+            request_id=request_id,
+        ) from exc

@@ -7,12 +7,6 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-CURRENT_VERSION = "2026-10-21"
-"""The ``anthropic-version`` Citegate sends by default, and the newest the local engine speaks."""
-DEFAULT_MODEL = "claude-sonnet-5"
-"""The model asked when a question names none and the real API answers."""
-LOCAL_MODEL = "citegate-local-1"
-"""The model name the embedded local engine answers as."""
 MAX_CACHE_BREAKPOINTS = 4
 """The upstream refuses a request with a fifth block carrying ``cache_control``."""
 MAX_REQUEST_BYTES = 32_000_000

@@ -20,8 +20,8 @@ from app.compat.messages import (
     relayed_data,
 )
 from app.errors import ErrorCode, InvalidRequest, NotFound, RateLimited, Unauthorized
-from app.upstream.client import Frame
 from app.upstream.errors import UpstreamError, error_for_status
+from app.upstream.stream import Frame
 from app.upstream.wire import MAX_CACHE_BREAKPOINTS
 
 FIVE_MINUTES = {"type": "ephemeral"}

@@ -9,9 +9,10 @@ import pypdfium2 as pdfium
 from hypothesis import given
 from hypothesis import strategies as st
 
-from app.answers.prompt import PromptDocument, citation_param, window_title
+from app.answers.prompt import citation_param
 from app.documents.kinds import PDF, TEXT
 from app.documents.pdf import extract_pdf_text, split_pdf
+from app.documents.sources import PromptDocument, window_title
 from tests.fixture_files import CORPUS
 
 MB = 1_000_000

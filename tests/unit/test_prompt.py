@@ -5,7 +5,6 @@ from __future__ import annotations
 import pytest
 
 from app.answers.prompt import (
-    PromptDocument,
     Turn,
     assistant_blocks,
     build_message_request,
@@ -13,6 +12,7 @@ from app.answers.prompt import (
     passage_blocks,
 )
 from app.documents.kinds import CONTENT, PDF, TEXT, StoredParts
+from app.documents.sources import PromptDocument
 from app.search.passages import Passage
 
 

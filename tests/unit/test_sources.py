@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from app.answers.prompt import PromptDocument
 from app.documents.index import DocumentIndex
-from app.documents.sources import RequestCost, SourceCache, SourceDocument
+from app.documents.sources import PromptDocument, RequestCost, SourceCache, SourceDocument
 
 
 def source(
