@@ -12,7 +12,7 @@ the OpenAPI problem declarations are built from it (``app.api.problems``).
     ├── RateLimited               429: a per-key limit is reached; says when to retry
     ├── Conflict                  409: e.g. a conversation already answering a follow-up
     ├── PayloadTooLarge           413: the body or document exceeds the size limit
-    ├── UnsupportedMediaType      415: neither PDF nor text
+    ├── UnsupportedMediaType      415: a document of no supported format
     └── UpstreamError             502, 503, 504, …: see app.upstream.errors
 
 Services raise these; they never import FastAPI. Anything else that escapes a route is logged

@@ -151,10 +151,11 @@ _DECLARATIONS: dict[int, tuple[str, dict[str, Any], dict[str, Any]]] = {
         {},
     ),
     415: (
-        "The document is neither a PDF nor UTF-8 text.",
+        "The document is of no supported format.",
         problem_body(
             ErrorCode.UNSUPPORTED_MEDIA_TYPE,
-            "Only PDF and UTF-8 plain text documents are supported.",
+            "Supported documents are PDF, Word (.docx), Excel (.xlsx), PowerPoint (.pptx), "
+            "HTML, Markdown, CSV, TSV and plain text.",
         ),
         {},
     ),
