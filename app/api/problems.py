@@ -114,8 +114,12 @@ _RETRY_AFTER = {
 _DECLARATIONS: dict[int, tuple[str, dict[str, Any], dict[str, Any]]] = {
     # status: (description, example, headers)
     400: (
-        "The body cannot be parsed: JSON that is not UTF-8, or a broken multipart form.",
-        problem_body(ErrorCode.MALFORMED_BODY, "There was an error parsing the body"),
+        "The body cannot be read as UTF-8 JSON (or, for an upload, as a multipart form); a "
+        "body that is read but whose fields are wrong is a 422.",
+        problem_body(
+            ErrorCode.MALFORMED_BODY,
+            "The request body is not JSON: Expecting ',' delimiter at character 42.",
+        ),
         {},
     ),
     401: (
