@@ -95,7 +95,8 @@ class ErrorCode(StrEnum):
     MALFORMED_BODY = (
         "malformed_body",
         400,
-        "a body that is not UTF-8 JSON, or a broken multipart form",
+        "a body that is not JSON, JSON that is not UTF-8, or a multipart form that is broken "
+        "or cut short of its closing boundary",
     )
     HTTP_ERROR = "http_error", 400, "any other request that the HTTP layer refuses"
     NOT_FOUND = "not_found", 404, "no route has this path"
@@ -456,6 +457,10 @@ def _as_citegate_error(exc: Exception) -> CitegateError:
     if isinstance(exc, CitegateError):
         return exc
     if isinstance(exc, StarletteHTTPException):
+        # FastAPI answers any failure to read a body with a 400 whose cause is that failure;
+        # one of ours (a body check's MalformedBody) says what was wrong.
+        if isinstance(exc.__cause__, CitegateError):
+            return exc.__cause__
         if not 400 <= exc.status_code < 500 and exc.status_code not in _HTTP_CODES:
             return _unexpected_error(exc)
         return _http_error(exc)
