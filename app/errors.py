@@ -11,8 +11,10 @@ the OpenAPI problem declarations are built from it (``app.api.problems``).
     ├── Unauthorized              401: no key, a malformed, unknown or revoked key (one answer)
     ├── RateLimited               429: a per-key limit is reached; says when to retry
     ├── Conflict                  409: e.g. a conversation already answering a follow-up
+    ├── MalformedBody             400: a body that cannot be read: not UTF-8 JSON, or a
+    │                                  broken multipart form
     ├── PayloadTooLarge           413: the body or document exceeds the size limit
-    ├── UnsupportedMediaType      415: neither PDF nor text
+    ├── UnsupportedMediaType      415: a document of no supported format
     └── UpstreamError             502, 503, 504, …: see app.upstream.errors
 
 Services raise these; they never import FastAPI. Anything else that escapes a route is logged
@@ -93,7 +95,8 @@ class ErrorCode(StrEnum):
     MALFORMED_BODY = (
         "malformed_body",
         400,
-        "a body that is not UTF-8 JSON, or a broken multipart form",
+        "a body that is not JSON, JSON that is not UTF-8, or a multipart form that is broken "
+        "or cut short of its closing boundary",
     )
     HTTP_ERROR = "http_error", 400, "any other request that the HTTP layer refuses"
     NOT_FOUND = "not_found", 404, "no route has this path"
@@ -330,6 +333,13 @@ class RateLimited(CitegateError):
         super().__init__(detail, headers={"Retry-After": str(retry_after)}, retry_after=retry_after)
 
 
+class MalformedBody(CitegateError):
+    """A body that cannot be read at all, before any of its fields is looked at."""
+
+    default_code = ErrorCode.MALFORMED_BODY
+    kind_status = 400
+
+
 class PayloadTooLarge(CitegateError):
     default_code = ErrorCode.PAYLOAD_TOO_LARGE
     kind_status = 413
@@ -417,6 +427,9 @@ def _http_error(exc: StarletteHTTPException) -> CitegateError:
 
 
 def _validation_error(exc: RequestValidationError) -> CitegateError:
+    malformed = _malformed_json(exc)
+    if malformed is not None:
+        return malformed
     errors = [
         {"loc": list(err.get("loc", ())), "msg": err.get("msg", ""), "type": err.get("type", "")}
         for err in exc.errors()
@@ -424,6 +437,15 @@ def _validation_error(exc: RequestValidationError) -> CitegateError:
     return CitegateError(
         "The request is not valid; see errors.", code=ErrorCode.VALIDATION_ERROR, errors=errors
     )
+
+
+def _malformed_json(exc: RequestValidationError) -> MalformedBody | None:
+    """FastAPI reports a body that is not JSON as a validation error of the body as a whole
+    (its ``loc`` the body and the character where reading stopped); it is no field's fault."""
+    match exc.errors():
+        case [{"type": "json_invalid", "loc": ("body", int(position)), "ctx": {"error": reason}}]:
+            return MalformedBody(f"The request body is not JSON: {reason} at character {position}.")
+    return None
 
 
 def _unexpected_error(exc: Exception) -> CitegateError:
@@ -435,6 +457,10 @@ def _as_citegate_error(exc: Exception) -> CitegateError:
     if isinstance(exc, CitegateError):
         return exc
     if isinstance(exc, StarletteHTTPException):
+        # FastAPI answers any failure to read a body with a 400 whose cause is that failure;
+        # one of ours (a body check's MalformedBody) says what was wrong.
+        if isinstance(exc.__cause__, CitegateError):
+            return exc.__cause__
         if not 400 <= exc.status_code < 500 and exc.status_code not in _HTTP_CODES:
             return _unexpected_error(exc)
         return _http_error(exc)

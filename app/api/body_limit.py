@@ -1,16 +1,26 @@
-"""Refuse a request whose declared ``Content-Length`` is over the limit before reading any of
-it: a problem+json 413 and ``Connection: close``, so the client stops sending at once.
+"""What is refused of a request's body before a route reads it.
 
-(Starlette's own limit, set per route, still guards bodies sent without a length; for a
-declared length it answers in plain text, hence this first line of defence.)
+- A declared ``Content-Length`` over the limit, before any of the body is read: a problem+json
+  413 and ``Connection: close``, so the client stops sending at once. (Starlette's own limit,
+  set per route, still guards bodies sent without a length; for a declared length it answers in
+  plain text, hence this first line of defence.)
+- As a POST's body arrives (``CheckedBody``): a JSON body that is not UTF-8, and a multipart
+  form that ends before its closing boundary. Neither is refused by the readers underneath:
+  Python's JSON reader also takes UTF-16 and UTF-32 and lets UTF-8-encoded surrogates through,
+  and python-multipart reports no error for a form cut short, so a route would see a form
+  without its file. The check raises ``MalformedBody`` from the route's read of the body, and
+  the error handlers answer it (``app.errors``), as a problem or in the Messages API's shape.
 """
 
 from __future__ import annotations
 
-from starlette.datastructures import Headers
-from starlette.types import ASGIApp, Receive, Scope, Send
+import codecs
 
-from app.errors import ErrorRendering, PayloadTooLarge
+from python_multipart.multipart import parse_options_header
+from starlette.datastructures import Headers
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from app.errors import ErrorRendering, MalformedBody, PayloadTooLarge
 from app.settings import MIB, Settings
 
 # The routes whose body is a multipart upload of a document.
@@ -25,6 +35,9 @@ def body_limits(settings: Settings) -> tuple[int, int]:
 
 
 class DeclaredLengthLimit:
+    """Refuses a declared length over the limit at once, and has a POST's JSON or multipart
+    body checked as it arrives (``CheckedBody``)."""
+
     def __init__(self, app: ASGIApp, settings: Settings, rendering: ErrorRendering) -> None:
         self.app = app
         self.upload_limit, self.json_limit = body_limits(settings)
@@ -34,7 +47,8 @@ class DeclaredLengthLimit:
         if scope["type"] == "http":
             path = scope["path"]
             limit = self.upload_limit if path.endswith(UPLOAD_PATHS) else self.json_limit
-            declared = Headers(scope=scope).get("content-length", "")
+            headers = Headers(scope=scope)
+            declared = headers.get("content-length", "")
             if declared.isdigit() and int(declared) > limit:
                 error = PayloadTooLarge(
                     f"The request body is {declared} bytes; the limit is {limit}.",
@@ -42,4 +56,86 @@ class DeclaredLengthLimit:
                 )
                 await self.rendering.response(path, error)(scope, receive, send)
                 return
+            # Only a POST: every route that reads a body is one, and a route that does not
+            # read its body would meet the check in whatever listens for the client leaving.
+            if scope["method"] == "POST":
+                receive = CheckedBody.of(path, headers.get("content-type"), receive) or receive
         await self.app(scope, receive, send)
+
+
+class CheckedBody:
+    """A ``receive`` that checks the body as it passes: that a JSON body is UTF-8, that a
+    multipart form reaches its closing boundary. Raises ``MalformedBody`` for the message
+    where the body turns out not to be, before the reader sees it."""
+
+    def __init__(self, receive: Receive, *, utf8: bool, close_delimiter: bytes | None) -> None:
+        self._receive = receive
+        self._decoder = codecs.getincrementaldecoder("utf-8")() if utf8 else None
+        self._close = close_delimiter
+        # The end of the body so far, as long as the delimiter less one byte: a delimiter
+        # split between two messages is found across them. A CRLF before the body stands for
+        # the one a form of no parts starts its close delimiter without.
+        self._tail = b"\r\n"
+        self._read = 0  # bytes of the body before this message
+        self._done = False
+
+    @classmethod
+    def of(cls, path: str, content_type: str | None, receive: Receive) -> CheckedBody | None:
+        """The checked ``receive`` for a body of this content type: JSON, or a multipart form
+        with a boundary sent to an upload route (the only ones that read a form). None for any
+        other body, which its route refuses as it reads it, if it reads it at all."""
+        # The parser Starlette reads the boundary with, so that both see the same one.
+        media_type, options = parse_options_header(content_type)
+        if media_type == b"application/json" or (
+            media_type.startswith(b"application/") and media_type.endswith(b"+json")
+        ):
+            return cls(receive, utf8=True, close_delimiter=None)
+        boundary = options.get(b"boundary")
+        if media_type == b"multipart/form-data" and boundary and path.endswith(UPLOAD_PATHS):
+            return cls(receive, utf8=False, close_delimiter=b"\r\n--" + boundary + b"--")
+        return None
+
+    async def __call__(self) -> Message:
+        message = await self._receive()
+        if self._done or message["type"] != "http.request":
+            return message
+        chunk: bytes = message.get("body", b"")
+        last = not message.get("more_body", False)
+        if self._decoder is not None:
+            self._check_utf8(self._decoder, chunk, last)
+        if self._close is not None:
+            self._check_close(self._close, chunk, last)
+        self._read += len(chunk)
+        self._done = last
+        return message
+
+    def _check_utf8(self, decoder: codecs.IncrementalDecoder, chunk: bytes, last: bool) -> None:
+        try:
+            decoder.decode(chunk, final=last)
+        except UnicodeDecodeError as exc:
+            # The decoder read the bytes it held back from the previous message first.
+            offset = self._read - (len(exc.object) - len(chunk)) + exc.start
+            raise MalformedBody(
+                f"The request body is not UTF-8: {exc.reason} at byte {offset}. "
+                "JSON is read as UTF-8 only."
+            ) from None
+        # UTF-8 JSON has no NUL byte (not even in a string, where it is escaped); UTF-16 and
+        # UTF-32 have one in every ASCII character, and are valid UTF-8 when all are ASCII.
+        nul = chunk.find(0)
+        if nul >= 0:
+            raise MalformedBody(
+                f"The request body is not UTF-8: a NUL byte at byte {self._read + nul}, as "
+                "in UTF-16 or UTF-32. JSON is read as UTF-8 only."
+            )
+
+    def _check_close(self, close: bytes, chunk: bytes, last: bool) -> None:
+        keep = len(close) - 1
+        if close in self._tail + chunk[:keep] or close in chunk:
+            self._close = None  # found: the rest is the parser's to read
+            return
+        if last:
+            raise MalformedBody(
+                "The multipart form ends before its closing boundary "
+                f"({close.strip().decode('latin-1')}): the body is incomplete."
+            )
+        self._tail = chunk[-keep:] if len(chunk) >= keep else (self._tail + chunk)[-keep:]

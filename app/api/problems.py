@@ -114,8 +114,12 @@ _RETRY_AFTER = {
 _DECLARATIONS: dict[int, tuple[str, dict[str, Any], dict[str, Any]]] = {
     # status: (description, example, headers)
     400: (
-        "The body cannot be parsed: JSON that is not UTF-8, or a broken multipart form.",
-        problem_body(ErrorCode.MALFORMED_BODY, "There was an error parsing the body"),
+        "The body cannot be read as UTF-8 JSON (or, for an upload, as a multipart form); a "
+        "body that is read but whose fields are wrong is a 422.",
+        problem_body(
+            ErrorCode.MALFORMED_BODY,
+            "The request body is not JSON: Expecting ',' delimiter at character 42.",
+        ),
         {},
     ),
     401: (
@@ -151,10 +155,11 @@ _DECLARATIONS: dict[int, tuple[str, dict[str, Any], dict[str, Any]]] = {
         {},
     ),
     415: (
-        "The document is neither a PDF nor UTF-8 text.",
+        "The document is of no supported format.",
         problem_body(
             ErrorCode.UNSUPPORTED_MEDIA_TYPE,
-            "Only PDF and UTF-8 plain text documents are supported.",
+            "Supported documents are PDF, Word (.docx), Excel (.xlsx), PowerPoint (.pptx), "
+            "HTML, Markdown, CSV, TSV and plain text.",
         ),
         {},
     ),

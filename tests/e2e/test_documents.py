@@ -373,7 +373,7 @@ def test_malformed_json_body(client: httpx.Client) -> None:
     response = client.post(
         "/v1/documents", content=b"{not json", headers={"content-type": "application/json"}
     )
-    assert_problem(response, 422, "validation_error")
+    assert_problem(response, 400, "malformed_body")
 
 
 def test_request_id_is_echoed_or_made(client: httpx.Client) -> None:
