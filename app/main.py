@@ -22,7 +22,7 @@ from app.api import (
     search,
     seeing,
 )
-from app.api.body_limit import DeclaredLengthLimit
+from app.api.body_checks import BodyChecks
 from app.api.deps import require_principal
 from app.api.documents import documents_router
 from app.auth import keys
@@ -115,7 +115,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.source_cache = SourceCache(settings.source_cache_chars, settings.recheck_seconds)
     rendering = ErrorRendering({compat_errors.PREFIX: compat_errors.render_messages_error})
     install_error_handlers(app, rendering)
-    app.add_middleware(DeclaredLengthLimit, settings=settings, rendering=rendering)
+    app.add_middleware(BodyChecks, settings=settings, rendering=rendering)
     app.add_middleware(RequestObserver, metrics=metrics)
     authenticated = [Depends(require_principal)]
     # The answer routes first: a request is matched against each router in turn, so the busiest

@@ -10,7 +10,7 @@ from fastapi import APIRouter, Depends, File, Request, Response, UploadFile, sta
 from fastapi.exceptions import RequestValidationError
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.api.body_limit import body_limits
+from app.api.body_checks import body_limits
 from app.api.deps import (
     DEFAULT_LIMIT,
     CursorQuery,

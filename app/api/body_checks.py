@@ -34,7 +34,7 @@ def body_limits(settings: Settings) -> tuple[int, int]:
     return settings.max_document_bytes + MIB, -(-settings.max_json_document_bytes * 4 // 3) + MIB
 
 
-class DeclaredLengthLimit:
+class BodyChecks:
     """Refuses a declared length over the limit at once, and has a POST's JSON or multipart
     body checked as it arrives (``CheckedBody``)."""
 
