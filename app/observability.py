@@ -177,8 +177,7 @@ _ACCEPTABLE_REQUEST_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 class RequestObserver:
     """Pure ASGI middleware: gives every HTTP request its id (``X-Request-ID``, in the scope's
     state and on the response), and counts, times and logs it. One middleware, not two: each
-    wraps ``send``, which every streamed event goes through (measured: a layer was 2.4 % of a
-    streamed answer's instructions, bench/instructions.py --trickle 100)."""
+    wraps ``send``, which every streamed event goes through."""
 
     def __init__(self, app: ASGIApp, metrics: Metrics) -> None:
         self.app = app

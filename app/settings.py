@@ -26,10 +26,9 @@ class Settings(BaseSettings):
         default="sqlite+aiosqlite:///./data/citegate.db",
         description="SQLAlchemy async URL: sqlite+aiosqlite:///… or postgresql+asyncpg://…",
     )
-    # Measured with bench/overhead.py --soak 20000 on PostgreSQL at 32 concurrent: 20 kept and
-    # 20 more under load grew the worker from 199 to 214 MiB as overflow connections were made
-    # and dropped; 10 and none past them stayed at 199-205 MiB with the same throughput (each
-    # request holds a connection only for its few statements).
+    # Each request holds a connection only for its few statements, and overflow connections
+    # made and dropped under load grow a worker's memory: a small pool and none past it
+    # (docs/PERFORMANCE.md has the measure).
     database_pool_size: int = Field(
         default=10, ge=1, description="PostgreSQL connections each worker keeps open."
     )

@@ -251,7 +251,7 @@ class AnswerOut(BaseModel):
             {
                 **row,
                 # Stored before retrieval was recorded: whole documents.
-                "retrieval": row["retrieval"] or _WHOLE_DOCUMENTS,
+                "retrieval": row["retrieval"] or WHOLE_DOCUMENTS,
                 "upstream": {
                     "message_id": row["upstream_message_id"],
                     "request_id": row["upstream_request_id"],
@@ -260,4 +260,5 @@ class AnswerOut(BaseModel):
         )
 
 
-_WHOLE_DOCUMENTS = {"mode": "documents", "passages": [], "first_new_passage": 0}
+WHOLE_DOCUMENTS = {"mode": "documents", "passages": [], "first_new_passage": 0}
+"""The retrieval of an answer whole documents were sent for."""

@@ -63,7 +63,7 @@ class KeyLimits:
         self._pool: coredis.ConnectionPool | None = None
         self._location = "memory"
         if settings.redis_url:
-            # Imported only for a Redis store: coredis (with pympler and numpy) is 20 MB.
+            # Imported only for a Redis store: coredis (with pympler and numpy) is large.
             import coredis
             from coredis.retry import NoRetryPolicy
 

@@ -7,14 +7,12 @@ from collections.abc import Mapping
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from app.answers.answer import WHOLE_DOCUMENTS
 from app.answers.context import AnswerContext
 from app.answers.request import Prepared
 from app.compat.messages import MessagesRequest, ground
 from app.documents.sources import load_sources, request_limits
 from app.ids import new_id
-
-# What an answer records of its retrieval when whole documents were sent.
-_WHOLE_DOCUMENTS = {"mode": "documents", "passages": [], "first_new_passage": 0}
 
 
 async def prepare(
@@ -39,7 +37,7 @@ async def prepare(
         None,
         sources,
         request.body,
-        _WHOLE_DOCUMENTS,
+        WHOLE_DOCUMENTS,
     )
 
 

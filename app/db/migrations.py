@@ -1,7 +1,7 @@
 """Run the Alembic migrations from code (``citegate migrate``, ``citegate serve``, tests).
 
 ``python -m app.db.migrations`` migrates the configured database: ``citegate serve`` runs it in
-a process of its own, so that Alembic and Mako (10 MB) are never part of a serving process.
+a process of its own, so that Alembic and Mako are never loaded in a serving process.
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 # The C entry point, called directly: the Python wrapper maps offsets with a Python loop over
-# every byte (~0.2 s per MB), raises on lone surrogates and on "", and makes up a span for blank
+# every byte, raises on lone surrogates and on "", and makes up a span for blank
 # text. Its signature (blingfire's blingfiretokdll.cpp) is declared on a prototype of our own, so
 # ctypes checks every argument and the wrapper's function object is left as it is.
 # tests/unit/test_blingfire_fence.py fails, saying what changed, if the library no longer fits.
@@ -33,8 +33,8 @@ _TEXT_TO_SENTENCES_SIGNATURE = ctypes.CFUNCTYPE(
 
 def _blingfire_library() -> ctypes.CDLL:
     """blingfire's shared library, loaded from its package as the package loads it, without
-    importing the package: its ``import numpy`` alone is 10 MB in every worker, and numpy is
-    used only by functions chunking never calls."""
+    importing the package, whose ``import numpy`` would load numpy in every worker for
+    functions chunking never calls."""
     spec = importlib.util.find_spec("blingfire")
     if spec is None or not spec.submodule_search_locations:
         raise ImportError("blingfire is not installed")

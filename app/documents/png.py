@@ -1,10 +1,9 @@
 """PNG encoding of a rendered page, fast.
 
-Pillow chooses a filter for every row of a PNG, trying each of the five, and that costs twice
-what compressing the picture does (about 70 ms of the 100 for a 1,000 px page of the 117-page
-sample). A rendered page compresses as well without filters, so the rows go to zlib as they are
-(filter 0, "None"); the rest is PNG's four chunks. Any PNG decoder reads the result; the tests
-decode it with Pillow.
+Pillow chooses a filter for every row of a PNG, trying each of the five, and that costs more
+than compressing the picture does (docs/PERFORMANCE.md). A rendered page compresses as well
+without filters, so the rows go to zlib as they are (filter 0, "None"); the rest is PNG's four
+chunks. Any PNG decoder reads the result; the tests decode it with Pillow.
 """
 
 from __future__ import annotations

@@ -311,8 +311,8 @@ async def _insert_chunks(
     session: AsyncSession, document_id: str, tenant_id: str, parsed: ParsedDocument
 ) -> None:
     """The index rows, in the session's transaction, a batch at a time, each batch made on a
-    thread while the database takes the one before. PostgreSQL gets them by COPY: a 1 MB text
-    makes ten thousand rows, and batched INSERTs of them cost more than parsing did."""
+    thread while the database takes the one before. PostgreSQL gets them by COPY: a long text
+    makes tens of thousands of rows, and batched INSERTs of them cost more than parsing did."""
     connection = await session.connection()
     copy = connection.dialect.driver == "asyncpg"
     if copy and len(parsed.chunks) > _CHUNK_BATCH:
