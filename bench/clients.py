@@ -45,8 +45,8 @@ async def measure(base_url: str, requests: int, repetitions: int) -> None:
     body = orjson.dumps(request)
     headers = {"content-type": "application/json"}
     settings = Settings(anthropic_base_url=base_url, anthropic_api_key="bench-key")
-    http = create_http_client(settings)
-    upstream = UpstreamClient(create_http_client(settings), settings, Metrics())
+    http, upstream_http = create_http_client(settings), create_http_client(settings)
+    upstream = UpstreamClient(upstream_http, settings, Metrics())
     forwarder = httpx.AsyncClient(base_url=base_url, timeout=60)
     session = aiohttp.ClientSession(base_url=base_url)
 
@@ -74,6 +74,7 @@ async def measure(base_url: str, requests: int, repetitions: int) -> None:
                 figures[name].append(await cpu_per_request(send, requests))
     finally:
         await http.aclose()
+        await upstream_http.aclose()
         await forwarder.aclose()
         await session.close()
     print(f"CPU per 300 KB request and its answer, median of {repetitions}:")

@@ -308,6 +308,9 @@ async def _pieces(content: bytes) -> AsyncIterator[bytes]:
     """The body a megabyte at a time. An iterator also keeps no copy once it is sent, where
     httpx's request keeps a body given as bytes for as long as its response lives: a
     streamed answer's whole length."""
+    if len(content) <= _PIECE:
+        yield content
+        return
     view = memoryview(content)
     for start in range(0, len(view), _PIECE):
         yield bytes(view[start : start + _PIECE])
