@@ -38,7 +38,7 @@ from app.local_engine import LocalEngine, create_local_engine_app
 from app.local_engine.batches import LocalBatches
 from app.observability import Metrics, RequestObserver, metrics_endpoint
 from app.settings import Settings
-from app.upstream.client import UpstreamClient, create_http_client
+from app.upstream.client import UpstreamClient, create_transport
 
 log = logging.getLogger(__name__)
 
@@ -69,9 +69,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             answerer = LocalEngine()
             local_batches = LocalBatches(answerer, lifetime=settings.local_batch_lifetime_seconds)
             local = create_local_engine_app(answerer, local_batches)
-        http = create_http_client(settings, local)
+        transport = create_transport(settings, local)
         app.state.answer_context = AnswerContext(
-            upstream=UpstreamClient(http, settings, metrics),
+            upstream=UpstreamClient(transport, settings, metrics),
             sources=app.state.source_cache,
             limits=app.state.key_limits,
             settings=settings,
@@ -96,7 +96,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                     await poller  # a chunk of results being stored is rolled back, whole
             if local_batches is not None:
                 await local_batches.aclose()
-            await http.aclose()
+            await transport.aclose()
             app.state.key_limits.close()
             await engine.dispose()
 

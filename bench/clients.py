@@ -1,8 +1,9 @@
-"""What one upstream request costs the process that sends it, by HTTP client: Citegate's
-``httpx.AsyncClient`` over httpx-aiohttp (``create_http_client``), httpx over its own httpcore
-(the bare forwarder's, bench/forwarder.py) and aiohttp alone; and Citegate's whole upstream
-call, ``UpstreamClient.create_message`` (the same, plus encoding the request's JSON, the retry
-loop, a metric, and parsing the answer into a ``Message``). Each POSTs bench/overhead.py's
+"""What one upstream request costs the process that sends it, by HTTP client: httpx's
+transport API over httpx-aiohttp, as Citegate sends (``create_transport``), an
+``httpx.AsyncClient`` over that same transport, httpx over its own httpcore (the bare
+forwarder's, bench/forwarder.py) and aiohttp alone; and Citegate's whole upstream call,
+``UpstreamClient.create_message`` (the same, plus encoding the request's JSON, the retry loop,
+a metric, and parsing the answer into a ``Message``). Each POSTs bench/overhead.py's
 Messages request (three 100 KB documents, 300 KB of JSON) to its instant fake, in its own
 process, and reads the whole answer, on uvloop as Citegate runs; the figure is this
 process's CPU (user + system) per request, sent one at a time. Asserts nothing."""
@@ -26,7 +27,7 @@ from overhead import messages_request
 
 from app.observability import Metrics
 from app.settings import Settings
-from app.upstream.client import UpstreamClient, create_http_client
+from app.upstream.client import UpstreamClient, create_transport
 
 Send = Callable[[], Awaitable[None]]
 
@@ -45,8 +46,10 @@ async def measure(base_url: str, requests: int, repetitions: int) -> None:
     body = orjson.dumps(request)
     headers = {"content-type": "application/json"}
     settings = Settings(anthropic_base_url=base_url, anthropic_api_key="bench-key")
-    http, upstream_http = create_http_client(settings), create_http_client(settings)
-    upstream = UpstreamClient(upstream_http, settings, Metrics())
+    transport, upstream_transport = create_transport(settings), create_transport(settings)
+    upstream = UpstreamClient(upstream_transport, settings, Metrics())
+    http = httpx.AsyncClient(base_url=base_url, transport=create_transport(settings))
+    url = httpx.URL(f"{base_url}/v1/messages")
     forwarder = httpx.AsyncClient(base_url=base_url, timeout=60)
     session = aiohttp.ClientSession(base_url=base_url)
 
@@ -58,11 +61,17 @@ async def measure(base_url: str, requests: int, repetitions: int) -> None:
         async with session.post("/v1/messages", data=body, headers=headers) as response:
             await response.read()
 
+    async def through_transport() -> None:
+        sent = httpx.Request("POST", url, content=body, headers=headers)
+        response = await transport.handle_async_request(sent)
+        await response.aread()
+
     async def through_upstream() -> None:
         await upstream.create_message(request)
 
     clients: dict[str, Send] = {
-        "httpx over httpx-aiohttp (Citegate)": lambda: through_httpx(http),
+        "httpx transport API, httpx-aiohttp (Citegate)": through_transport,
+        "httpx.AsyncClient over it": lambda: through_httpx(http),
         "httpx over httpcore (forwarder)": lambda: through_httpx(forwarder),
         "aiohttp alone": through_aiohttp,
         "UpstreamClient.create_message": through_upstream,
@@ -73,8 +82,9 @@ async def measure(base_url: str, requests: int, repetitions: int) -> None:
             for name, send in clients.items():
                 figures[name].append(await cpu_per_request(send, requests))
     finally:
+        await transport.aclose()
+        await upstream_transport.aclose()
         await http.aclose()
-        await upstream_http.aclose()
         await forwarder.aclose()
         await session.close()
     print(f"CPU per 300 KB request and its answer, median of {repetitions}:")

@@ -1,11 +1,14 @@
-"""The Messages API client: one ``httpx.AsyncClient`` per process, retries where safe.
+"""The Messages API client: one transport per process, retries where safe.
 
-The client's transport is aiohttp's connection pool through httpx-aiohttp (as the official
-SDK offers it), or the local engine's ASGI app. Retries are tenacity's: statuses 408, 409,
-429, 500, 502, 503, 504 and 529 and failures to connect, after ``retry-after-ms`` /
-``retry-after`` when the upstream sends them, else after a jittered exponential backoff; a
-bounded number of attempts, and no attempt starts after the total retry budget. A read timeout
-is not retried: the upstream may already be generating (and billing) that answer.
+Requests go through httpx's transport API to httpx-aiohttp's transport (aiohttp's connection
+pool, as the official SDK offers it), or to the local engine's ASGI app: not through an
+``httpx.AsyncClient``, whose cookie, auth, redirect and hook layers Citegate uses none of and
+which cost a sixth of a JSON answer's CPU (docs/PERFORMANCE.md). Retries are tenacity's:
+statuses 408, 409, 429, 500, 502, 503, 504 and 529 and failures to connect, after
+``retry-after-ms`` / ``retry-after`` when the upstream sends them, else after a jittered
+exponential backoff; a bounded number of attempts, and no attempt starts after the total retry
+budget. A read timeout is not retried: the upstream may already be generating (and billing)
+that answer.
 """
 
 from __future__ import annotations
@@ -17,7 +20,6 @@ from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from functools import partial
-from http.cookiejar import CookieJar, DefaultCookiePolicy
 from typing import Any
 
 import aiohttp
@@ -49,36 +51,20 @@ RETRYABLE_STATUSES = frozenset({408, 409, 429, 500, 502, 503, 504, 529})
 _backoff = wait_random_exponential(multiplier=0.5, max=8)
 
 
-def create_http_client(settings: Settings, local: ASGIApp | None = None) -> httpx.AsyncClient:
-    """The process's one HTTP client to the upstream: to ``local`` (the local engine's ASGI
-    app) when given, else to the Messages API over aiohttp's pool. It keeps no cookie: one
-    client serves every tenant, so a cookie set on one answer must never go out with another
-    tenant's request."""
-    headers = {"anthropic-version": settings.anthropic_version}
-    if settings.anthropic_api_key is not None:
-        headers["x-api-key"] = settings.anthropic_api_key.get_secret_value()
+def create_transport(settings: Settings, local: ASGIApp | None = None) -> httpx.AsyncBaseTransport:
+    """The process's one transport to the upstream: to ``local`` (the local engine's ASGI app)
+    when given, else to the Messages API over aiohttp's pool, made at the first request
+    (inside the running loop, as aiohttp wants). A streamed answer holds its connection for its
+    whole length."""
     if local is not None:
-        transport: httpx.AsyncBaseTransport = httpx.ASGITransport(app=local)
-        base_url = LOCAL_BASE_URL
-    else:
-        # Made at the first request, inside the running loop, as aiohttp wants.
-        session = partial(_aiohttp_session, settings.upstream_max_connections)
-        transport = AiohttpTransport(client=session)
-        base_url = settings.anthropic_base_url
-    return httpx.AsyncClient(
-        base_url=base_url,
-        transport=transport,
-        headers=headers,
-        timeout=httpx.Timeout(
-            settings.upstream_read_timeout, connect=settings.upstream_connect_timeout
-        ),
-        cookies=CookieJar(DefaultCookiePolicy(allowed_domains=[])),
-    )
+        return httpx.ASGITransport(app=local)
+    return AiohttpTransport(client=partial(_aiohttp_session, settings.upstream_max_connections))
 
 
 def _aiohttp_session(connections: int) -> aiohttp.ClientSession:
-    """aiohttp's session as httpx-aiohttp makes its own, but with no cookie jar (aiohttp
-    keeps one of its own too) and ``connections`` open at most (a stream holds one)."""
+    """aiohttp's session as httpx-aiohttp makes its own, but that it keeps no cookie (one
+    session serves every tenant: a cookie set on one answer must never go out with another
+    tenant's request), with ``connections`` open at most."""
     connector = aiohttp.TCPConnector(
         limit=connections,
         keepalive_timeout=httpx.Limits().keepalive_expiry,
@@ -132,9 +118,23 @@ def _wait(state: RetryCallState) -> float:
 class UpstreamClient:
     """Sends Messages API requests; returns parsed answers or raises ``UpstreamError``."""
 
-    def __init__(self, http: httpx.AsyncClient, settings: Settings, metrics: Metrics) -> None:
-        self._http = http
+    def __init__(
+        self, transport: httpx.AsyncBaseTransport, settings: Settings, metrics: Metrics
+    ) -> None:
+        self._transport = transport
         self._metrics = metrics
+        base = LOCAL_BASE_URL if settings.upstream_name == "local" else settings.anthropic_base_url
+        self._base = base.rstrip("/")
+        # Only what httpx decodes: aiohttp would offer more (zstd, where Python has it).
+        self._headers = {
+            "accept-encoding": "gzip, deflate",
+            "anthropic-version": settings.anthropic_version,
+        }
+        if settings.anthropic_api_key is not None:
+            self._headers["x-api-key"] = settings.anthropic_api_key.get_secret_value()
+        self._timeout = httpx.Timeout(
+            settings.upstream_read_timeout, connect=settings.upstream_connect_timeout
+        ).as_dict()
 
         def before_retry(state: RetryCallState) -> None:
             error = state.outcome.exception() if state.outcome else None
@@ -274,20 +274,24 @@ class UpstreamClient:
     ) -> httpx.Response:
         """One attempt: the response; a status worth retrying raised as ``_RetryableStatus``,
         its body read and its connection given back."""
-        extra = {} if headers is None else dict(headers)
+        sent = {**self._headers, **(headers or {})}
         if content is not None:
-            extra |= {"content-type": "application/json", "content-length": str(len(content))}
-        request = self._http.build_request(
-            method, path, headers=extra, content=None if content is None else _pieces(content)
+            sent |= {"content-type": "application/json", "content-length": str(len(content))}
+        request = httpx.Request(
+            method,
+            self._base + path,
+            headers=sent,
+            content=None if content is None else _pieces(content),
+            extensions={"timeout": self._timeout},
         )
-        response = await self._http.send(request, stream=stream)
-        if response.status_code in RETRYABLE_STATUSES or (stream and not response.is_success):
+        response = await self._transport.handle_async_request(request)
+        if not stream or not response.is_success:
             try:
-                await response.aread()  # for its error message
+                await response.aread()  # whole, or for its error message; then closed
             finally:
                 await response.aclose()
-            if response.status_code in RETRYABLE_STATUSES:
-                raise _RetryableStatus(response)
+        if response.status_code in RETRYABLE_STATUSES:
+            raise _RetryableStatus(response)
         return response
 
 
