@@ -194,7 +194,7 @@ class _SheetReader:
     (sheets, shared strings, the styles that make a number a date) come from ``_read_workbook``.
 
     Unlike openpyxl, every row the sheet holds is read, whatever its ``<dimension>`` says: some
-    writers put ``A1`` there on every sheet, and openpyxl then read one cell of them.
+    writers put ``A1`` there on every sheet, and openpyxl then reads one cell of them.
     """
 
     def __init__(self, workbook: _Workbook) -> None:
