@@ -248,3 +248,35 @@ def test_a_broken_sheet_is_an_invalid_office_file(sheet_xml: str) -> None:
     with pytest.raises(InvalidDocument) as raised:
         kind_named("xlsx").parse(_package(sheet_xml))
     assert raised.value.code == ErrorCode.OFFICE_FILE_INVALID
+
+
+def _with_broken(data: bytes, part: str) -> bytes:
+    """The package with ``part`` replaced by XML cut short."""
+    out = io.BytesIO()
+    with zipfile.ZipFile(io.BytesIO(data)) as source, zipfile.ZipFile(out, "w") as target:
+        for member in source.infolist():
+            target.writestr(member, b"<broken" if member.filename == part else source.read(member))
+    return out.getvalue()
+
+
+@pytest.mark.parametrize(
+    "part",
+    [
+        "xl/workbook.xml",
+        "xl/_rels/workbook.xml.rels",
+        "xl/styles.xml",
+        "xl/sharedStrings.xml",
+        "xl/worksheets/sheet1.xml",
+    ],
+)
+def test_a_broken_part_the_rows_need_is_an_invalid_office_file(part: str) -> None:
+    data = _with_broken(_varied_workbook(constant_memory=False), part)
+    with pytest.raises(InvalidDocument) as raised:
+        kind_named("xlsx").parse(data)
+    assert raised.value.code == ErrorCode.OFFICE_FILE_INVALID
+
+
+@pytest.mark.parametrize("part", ["docProps/core.xml", "docProps/app.xml", "xl/theme/theme1.xml"])
+def test_a_broken_part_the_rows_do_not_need_is_left_unread(part: str) -> None:
+    data = _varied_workbook(constant_memory=False)
+    assert _texts(_with_broken(data, part)) == _texts(data)

@@ -101,7 +101,7 @@ def _number_text(value: str) -> str:
 
 
 # What reading a damaged workbook raises, from zipfile, zlib, openpyxl's readers of the
-# workbook's parts (ElementTree, or lxml's errors, which are ValueErrors) or the sheet reader.
+# workbook's parts (with ElementTree, or with lxml: see parse) or the sheet reader.
 _UNREADABLE = (
     zipfile.BadZipFile,
     zlib.error,
@@ -367,7 +367,8 @@ class WorkbookKind(OfficeKind, BlocksKind):
     }
 
     def parse(self, data: bytes, options: ParseOptions = DEFAULT_PARSE_OPTIONS) -> ParsedDocument:
-        from openpyxl.utils import get_column_letter  # when first needed: see LAZY_LIBRARIES
+        from lxml import etree  # when first needed: see LAZY_LIBRARIES
+        from openpyxl.utils import get_column_letter
 
         package = open_package(data, options)
         part = main_part(data)
@@ -389,7 +390,7 @@ class WorkbookKind(OfficeKind, BlocksKind):
                                 options.max_rows,
                             )
                         )
-        except _UNREADABLE:
+        except (*_UNREADABLE, etree.XMLSyntaxError):  # openpyxl parses with lxml when it can
             raise damaged() from None
         if not blocks:
             raise _no_rows("workbook")
