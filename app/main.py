@@ -98,6 +98,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                 await local_batches.aclose()
             await transport.aclose()
             app.state.key_limits.close()
+            await asyncio.to_thread(app.state.pdf_pages.close)  # PDFium's lock, off the loop
             await engine.dispose()
 
     app = FastAPI(

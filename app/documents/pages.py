@@ -8,8 +8,9 @@ indices, except where PDFium holds a character that its text leaves out (a contr
 in some Arabic fonts): the two are aligned once per page then.
 
 Opening a PDF costs more than rendering a page of it, so a few opened documents are kept
-(least recently used), and rendered pages too, bounded by their bytes. Everything here runs in
-worker threads and takes ``PDFIUM_LOCK``: PDFium does one call at a time in the process.
+(least recently used), and rendered pages too, bounded by their bytes; ``PdfPages.close``
+closes the documents still open when the service stops. Everything here runs in worker threads
+and takes ``PDFIUM_LOCK``: PDFium does one call at a time in the process.
 """
 
 from __future__ import annotations
@@ -104,8 +105,10 @@ class _Opened:
             page = self.document[len(self.page_starts) - 1]
             try:
                 textpage = page.get_textpage()
-                length = len(storable_text(textpage.get_text_range()))
-                textpage.close()
+                try:
+                    length = len(storable_text(textpage.get_text_range()))
+                finally:
+                    textpage.close()
             finally:
                 page.close()
             self.page_starts.append(self.page_starts[-1] + length)
@@ -114,6 +117,7 @@ class _Opened:
 
 class _OpenDocuments(LRUCache[str, _Opened]):
     def popitem(self) -> tuple[str, _Opened]:
+        # LRUCache makes room through popitem: the document it drops is closed here.
         key, opened = super().popitem()
         opened.document.close()  # the caller holds PDFIUM_LOCK
         return key, opened
@@ -123,7 +127,7 @@ class PdfPages:
     """Rendered pages and highlight boxes of stored PDFs, keyed by the PDF's SHA-256.
 
     Every method may be called from any thread; give ``data`` (the PDF's bytes) when
-    ``is_open`` said no, or it raises ``KeyError``.
+    ``is_open`` said no, or it raises ``KeyError``. ``close`` closes the open documents.
     """
 
     def __init__(self, max_documents: int = 8, max_image_bytes: int = 64 * 1024 * 1024) -> None:
@@ -131,6 +135,13 @@ class PdfPages:
         self._images: LRUCache[tuple[str, int, int], bytes] = LRUCache(
             max_image_bytes, getsizeof=len
         )
+
+    def close(self) -> None:
+        """Close every open document, so that none is left for PDFium to close at exit. The
+        pages stay usable: a document asked for again is opened again from its ``data``."""
+        with PDFIUM_LOCK:
+            while self._open:
+                self._open.popitem()
 
     def cached_image(self, key: str, page: int, width: int) -> bytes | None:
         with PDFIUM_LOCK:
@@ -151,8 +162,12 @@ class PdfPages:
             try:
                 page_width = pdf_page.get_width() or 1.0
                 bitmap = pdf_page.render(scale=width / page_width, rev_byteorder=True)
-                picture = bitmap.to_pil()
-                bitmap.close()
+                try:
+                    # render's bitmap is native (its buffer is Python's memory): closing it
+                    # releases PDFium's handle only, and the picture keeps its pixels.
+                    picture = bitmap.to_pil()
+                finally:
+                    bitmap.close()
             finally:
                 pdf_page.close()
         # Encoding the PNG needs no PDFium: other threads may render meanwhile.

@@ -28,8 +28,9 @@ _SCAN_MAX_CHARS = 32
 _SCAN_MIN_IMAGE_COVERAGE = 0.8
 
 # PDFium is not thread-safe, not even for different documents: only one call at a time in the
-# process, or it crashes (pypdfium2's documentation; seen here as a segmentation fault when four
-# uploads were parsed at once). Extraction runs in worker threads, so it takes this lock.
+# process, or it corrupts memory and crashes (pypdfium2's documentation says so, and
+# tests/unit/test_parsing.py extracts in four threads at once). Extraction runs in worker
+# threads, so it takes this lock.
 PDFIUM_LOCK = threading.Lock()
 
 

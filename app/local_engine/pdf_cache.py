@@ -1,8 +1,8 @@
 """Parsed PDFs by content hash, so that repeated questions on one PDF parse it once.
 
 Called from worker threads (parsing is CPU work and never runs on the event loop), hence the
-lock. Two requests that bring the same new PDF at the same moment may both parse it; the cache
-stays correct, only the work is doubled.
+lock: cachetools' caches leave locking to their caller. Two requests that bring the same new
+PDF at the same moment may both parse it; the cache stays correct, only the work is doubled.
 """
 
 from __future__ import annotations
@@ -11,7 +11,8 @@ import base64
 import binascii
 import hashlib
 import threading
-from collections import OrderedDict
+
+from cachetools import LRUCache
 
 from app.documents.pdf import PdfError, extract_pdf_text
 from app.local_engine.api_error import InvalidRequestError
@@ -26,13 +27,13 @@ class ParsedPdfCache:
     def __init__(self, max_entries: int = DEFAULT_PDF_CACHE_ENTRIES) -> None:
         if max_entries < 1:
             raise ValueError("max_entries must be at least 1")
-        self._max_entries = max_entries
-        self._entries: OrderedDict[bytes, ChunkedPdf] = OrderedDict()
+        self._entries: LRUCache[bytes, ChunkedPdf] = LRUCache(max_entries)
         self._lock = threading.Lock()
         self.parses = 0  # how many PDFs were really parsed (for tests and logs)
 
     def __len__(self) -> int:
-        return len(self._entries)
+        with self._lock:
+            return len(self._entries)
 
     def load(self, data_base64: str) -> ChunkedPdf:
         """Decode, parse and chunk a base64 PDF, or return it from the cache. Blocking."""
@@ -42,9 +43,8 @@ class ParsedPdfCache:
             raise InvalidRequestError("The PDF specified was not valid.") from exc
         key = hashlib.sha256(data).digest()
         with self._lock:
-            cached = self._entries.get(key)
+            cached = self._entries.get(key)  # and now the most recently used
             if cached is not None:
-                self._entries.move_to_end(key)
                 return cached
         try:
             text = extract_pdf_text(data)
@@ -58,8 +58,5 @@ class ParsedPdfCache:
         chunked = chunk_pdf_pages(text.pages)
         with self._lock:
             self.parses += 1
-            self._entries[key] = chunked
-            self._entries.move_to_end(key)
-            while len(self._entries) > self._max_entries:
-                self._entries.popitem(last=False)
+            self._entries[key] = chunked  # the least recently used goes when it is full
         return chunked

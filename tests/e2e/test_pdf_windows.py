@@ -37,18 +37,19 @@ REVENUE = "What was Amazon's total revenue in 2023?"
 @pytest.fixture(scope="session")
 def long_pdf(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The 700-page PDF, made once per session by PDFium's page import (never committed)."""
-    sample, letter = pdfium.PdfDocument(SAMPLE), pdfium.PdfDocument(AMAZON_PDF)
-    made = pdfium.PdfDocument.new()
-    for until in (AMAZON_FROM - 1, None, PAGES):
-        if until is None:
-            made.import_pages(letter)
-            continue
-        while len(made) < until:
-            made.import_pages(sample, list(range(min(len(sample), until - len(made)))))
     buffer = io.BytesIO()
-    made.save(buffer)
-    for document in (made, sample, letter):
-        document.close()
+    with (
+        pdfium.PdfDocument(SAMPLE) as sample,
+        pdfium.PdfDocument(AMAZON_PDF) as letter,
+        pdfium.PdfDocument.new() as made,
+    ):
+        for until in (AMAZON_FROM - 1, None, PAGES):
+            if until is None:
+                made.import_pages(letter)
+                continue
+            while len(made) < until:
+                made.import_pages(sample, list(range(min(len(sample), until - len(made)))))
+        made.save(buffer)
     path = tmp_path_factory.mktemp("pdf") / "long.pdf"
     path.write_bytes(buffer.getvalue())
     return path
@@ -68,13 +69,10 @@ def upload_long(http: httpx.Client, path: Path, title: str = "Long report") -> d
 
 def page_texts(path: Path) -> dict[int, str]:
     """The text of the pages cited here, as PDFium extracts them (Citegate stores exactly that)."""
-    pdf = pdfium.PdfDocument(path)
     pages = {}
-    for number in (5, *range(AMAZON_FROM, AMAZON_FROM + 11)):
-        textpage = pdf[number - 1].get_textpage()
-        pages[number] = textpage.get_text_range()
-        textpage.close()
-    pdf.close()
+    with pdfium.PdfDocument(path) as pdf:  # and its pages and text pages
+        for number in (5, *range(AMAZON_FROM, AMAZON_FROM + 11)):
+            pages[number] = pdf[number - 1].get_textpage().get_text_range()
     return pages
 
 
@@ -89,6 +87,7 @@ def assert_verified_at(citation: dict[str, Any], document_id: str, pages: dict[i
 
 
 def window_of(block: dict[str, Any]) -> pdfium.PdfDocument:
+    """The window a document block sends, opened: close it (``with``)."""
     assert block["source"]["media_type"] == "application/pdf"
     return pdfium.PdfDocument(base64.b64decode(block["source"]["data"], validate=True))
 
@@ -178,14 +177,10 @@ def test_a_700_page_pdf_is_sent_in_page_windows_and_cited_at_its_own_pages(
             None,
         ]
         assert "cache_control" in blocks[-1]
-        first, second = window_of(blocks[0]), window_of(blocks[1])
-        assert (len(first), len(second)) == (600, 100)
-        # A window's pages are the original's: page 2 of the second is page 602.
-        textpage = second[1].get_textpage()
-        assert textpage.get_text_range() == pages[602]
-        textpage.close()
-        for window in (first, second):
-            window.close()
+        with window_of(blocks[0]) as first, window_of(blocks[1]) as second:
+            assert (len(first), len(second)) == (600, 100)
+            # A window's pages are the original's: page 2 of the second is page 602.
+            assert second[1].get_textpage().get_text_range() == pages[602]
 
         late_cited, early_cited, nowhere = (s["citations"][0] for s in answer["segments"])
         assert (late_cited["start_page_number"], late_cited["end_page_number"]) == (602, 603)

@@ -68,21 +68,21 @@ def _citations(answer: dict[str, Any]) -> list[dict[str, Any]]:
 
 def _pdfium_centres(citation: dict[str, Any]) -> list[tuple[int, float, float]]:
     """Where PDFium says each cited character is: page, and its centre as fractions."""
-    document = pdfium.PdfDocument(MULTICOLUMN.read_bytes())
     offset, centres = 0, []
     span = citation["span"]
-    for number, page in enumerate(document, start=1):
-        textpage = page.get_textpage()
-        count = len(textpage.get_text_range())
-        width, height = page.get_size()
-        for index in range(max(span["start_char"], offset), min(span["end_char"], offset + count)):
-            left, bottom, right, top = textpage.get_charbox(index - offset)
-            if right > left:
-                centres.append(
-                    (number, (left + right) / 2 / width, 1 - (bottom + top) / 2 / height)
-                )
-        offset += count
-    document.close()
+    with pdfium.PdfDocument(MULTICOLUMN.read_bytes()) as document:  # and its pages
+        for number, page in enumerate(document, start=1):
+            textpage = page.get_textpage()
+            count = len(textpage.get_text_range())
+            width, height = page.get_size()
+            ours = range(max(span["start_char"], offset), min(span["end_char"], offset + count))
+            for index in ours:
+                left, bottom, right, top = textpage.get_charbox(index - offset)
+                if right > left:
+                    centres.append(
+                        (number, (left + right) / 2 / width, 1 - (bottom + top) / 2 / height)
+                    )
+            offset += count
     return centres
 
 

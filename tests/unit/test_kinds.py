@@ -133,3 +133,38 @@ def test_no_code_outside_the_kinds_compares_a_kind_name() -> None:
                 if attrs and literals:
                     offenders.append(f"{path.relative_to(APP)}:{node.lineno}")
     assert not offenders, f"compare kinds through app.documents.kinds, not by name: {offenders}"
+
+
+def _merged_table() -> bytes:
+    """A .docx written by python-docx whose table merges cells across, down, and both."""
+    import io
+
+    import docx
+
+    document = docx.Document()
+    table = document.add_table(rows=3, cols=4)
+    rows = [row.cells for row in table.rows]
+    cells = {
+        (0, 0): "City",
+        (1, 0): "Lyon",
+        (2, 0): "Porto",
+        (0, 3): "Note",
+    }
+    for (row, column), text in cells.items():
+        rows[row][column].text = text
+    rows[0][1].merge(rows[0][2]).text = "Staff"  # across
+    rows[1][1].merge(rows[2][2]).text = "Twelve  people"  # two columns, two rows
+    rows[1][3].merge(rows[2][3]).text = "Open\ndaily"  # down
+    buffer = io.BytesIO()
+    document.save(buffer)
+    return buffer.getvalue()
+
+
+def test_a_merged_word_cell_is_said_once_in_each_row_it_covers() -> None:
+    parsed = kind_named("docx").parse(_merged_table())
+    assert [parsed.text[c.start : c.end] for c in parsed.chunks] == [
+        "City | Staff | Note\n\n",
+        "Lyon | Twelve people | Open daily\n\n",
+        "Porto | Twelve people | Open daily\n\n",
+    ]
+    assert [c.locator for c in parsed.chunks] == [{"table": 1, "row": n} for n in (1, 2, 3)]

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import io
+from collections.abc import Iterator
 
 import pypdf
 import pypdfium2 as pdfium
@@ -13,6 +14,13 @@ import pytest
 from app.documents.kinds.pdf import PdfKind
 from app.documents.pages import Box, PdfPages, merge_lines
 from tests.fixture_files import CORPUS
+
+
+@pytest.fixture
+def pages() -> Iterator[PdfPages]:
+    pdf_pages = PdfPages()
+    yield pdf_pages
+    pdf_pages.close()
 
 
 def test_one_line_of_characters_is_one_box() -> None:
@@ -42,9 +50,9 @@ def _pdf_with_page_text(name: str) -> tuple[bytes, str, list[int]]:
     data = (CORPUS / name).read_bytes()
     parsed = PdfKind().parse(data)
     starts = [0]
-    document = pdfium.PdfDocument(data)
-    for page in document:
-        starts.append(starts[-1] + page.get_textpage().count_chars())
+    with pdfium.PdfDocument(data) as document:  # and its pages and text pages
+        for page in document:
+            starts.append(starts[-1] + page.get_textpage().count_chars())
     return data, parsed.text, starts
 
 
@@ -62,50 +70,56 @@ def _inside(x: float, y: float, boxes: list[Box], slack: float = 0.002) -> bool:
         ("pdflatex-4-pages.pdf", 2, None),
     ],
 )
-def test_every_cited_character_is_inside_a_box(name: str, page: int, words: str | None) -> None:
+def test_every_cited_character_is_inside_a_box(
+    pages: PdfPages, name: str, page: int, words: str | None
+) -> None:
     data, text, _ = _pdf_with_page_text(name)
-    document = pdfium.PdfDocument(data)
-    pdf_page = document[page - 1]
-    textpage = pdf_page.get_textpage()
-    page_text = textpage.get_text_range()
-    page_start = text.index(page_text)
-    lo = page_text.index(words) if words else 0
-    hi = min(len(page_text), lo + 300)
-    [boxes] = PdfPages().boxes("doc", data, [(page_start + lo, page_start + hi, page, page)])
-    assert boxes and all(box.page == page for box in boxes)
-    width, height = pdf_page.get_size()
-    # One box per line of the span: PDFium's text ends a line with \r\n, or with its
-    # hyphenation mark.
-    cited = page_text[lo:hi].strip()
-    assert len(boxes) == cited.count("\r\n") + cited.count("\ufffe") + 1 > 1
-    for index in range(lo, hi):
-        if page_text[index].isspace():
-            continue
-        left, bottom, right, top = textpage.get_charbox(index)
-        x, y = (left + right) / 2 / width, 1 - (bottom + top) / 2 / height
-        assert _inside(x, y, boxes), (index, page_text[index])
+    with pdfium.PdfDocument(data) as document:
+        pdf_page = document[page - 1]
+        textpage = pdf_page.get_textpage()
+        page_text = textpage.get_text_range()
+        page_start = text.index(page_text)
+        lo = page_text.index(words) if words else 0
+        hi = min(len(page_text), lo + 300)
+        [boxes] = pages.boxes("doc", data, [(page_start + lo, page_start + hi, page, page)])
+        assert boxes and all(box.page == page for box in boxes)
+        width, height = pdf_page.get_size()
+        # One box per line of the span: PDFium's text ends a line with \r\n, or with its
+        # hyphenation mark.
+        cited = page_text[lo:hi].strip()
+        assert len(boxes) == cited.count("\r\n") + cited.count("\ufffe") + 1 > 1
+        for index in range(lo, hi):
+            if page_text[index].isspace():
+                continue
+            left, bottom, right, top = textpage.get_charbox(index)
+            x, y = (left + right) / 2 / width, 1 - (bottom + top) / 2 / height
+            assert _inside(x, y, boxes), (index, page_text[index])
 
 
-def test_arabic_text_finds_its_characters_past_the_one_pdfium_leaves_out() -> None:
+def test_arabic_text_finds_its_characters_past_the_one_pdfium_leaves_out(
+    pages: PdfPages,
+) -> None:
     data, text, _ = _pdf_with_page_text("habibi.pdf")
     start = text.index("habibi")
-    [boxes] = PdfPages().boxes("doc", data, [(start, start + len("habibi"), 1, 1)])
-    document = pdfium.PdfDocument(data)
-    textpage = document[0].get_textpage()
-    # PDFium holds one character more than its text shows, before "habibi".
-    held = "".join(
-        chr(pdfium_c.FPDFText_GetUnicode(textpage.raw, i)) for i in range(textpage.count_chars())
-    )
-    first = held.index("habibi")
-    width, height = document[0].get_size()
-    assert len(boxes) == 1
-    for index in range(first, first + 6):
-        left, bottom, right, top = textpage.get_charbox(index)
-        assert _inside((left + right) / 2 / width, 1 - (bottom + top) / 2 / height, boxes)
+    [boxes] = pages.boxes("doc", data, [(start, start + len("habibi"), 1, 1)])
+    with pdfium.PdfDocument(data) as document:
+        page = document[0]
+        textpage = page.get_textpage()
+        # PDFium holds one character more than its text shows, before "habibi".
+        held = "".join(
+            chr(pdfium_c.FPDFText_GetUnicode(textpage.raw, i))
+            for i in range(textpage.count_chars())
+        )
+        first = held.index("habibi")
+        width, height = page.get_size()
+        assert len(boxes) == 1
+        for index in range(first, first + 6):
+            left, bottom, right, top = textpage.get_charbox(index)
+            assert _inside((left + right) / 2 / width, 1 - (bottom + top) / 2 / height, boxes)
 
 
 @pytest.mark.parametrize("rotation", [90, 180, 270])
-def test_a_rotated_page_gets_its_boxes_turned_with_it(rotation: int) -> None:
+def test_a_rotated_page_gets_its_boxes_turned_with_it(pages: PdfPages, rotation: int) -> None:
     upright = (CORPUS / "multicolumn.pdf").read_bytes()
     writer = pypdf.PdfWriter(clone_from=pypdf.PdfReader(io.BytesIO(upright)))
     writer.pages[0].rotate(rotation)
@@ -114,7 +128,7 @@ def test_a_rotated_page_gets_its_boxes_turned_with_it(rotation: int) -> None:
     data = buffer.getvalue()
     text = PdfKind().parse(data).text  # PDFium reads a turned page in another order
     start = text.index("Donec vehicula")
-    [boxes] = PdfPages().boxes("turned", data, [(start, start + 40, 1, 1)])
+    [boxes] = pages.boxes("turned", data, [(start, start + 40, 1, 1)])
     assert len(boxes) >= text[start : start + 40].count("\r\n") + 1
 
     def turn(x: float, y: float) -> tuple[float, float]:  # clockwise, as /Rotate turns
@@ -122,27 +136,25 @@ def test_a_rotated_page_gets_its_boxes_turned_with_it(rotation: int) -> None:
             x, y = 1 - y, x
         return x, y
 
-    document = pdfium.PdfDocument(data)
-    page = document[0]
-    assert page.get_rotation() == rotation
-    _, _, width, height = page.get_mediabox()
-    textpage = page.get_textpage()
-    for index in range(start, start + 40):
-        if text[index].isspace():
-            continue
-        left, bottom, right, top = textpage.get_charbox(index)
-        x, y = turn((left + right) / 2 / width, 1 - (bottom + top) / 2 / height)
-        assert _inside(x, y, boxes), (index, text[index])
-    document.close()
+    with pdfium.PdfDocument(data) as document:
+        page = document[0]
+        assert page.get_rotation() == rotation
+        _, _, width, height = page.get_mediabox()
+        textpage = page.get_textpage()
+        for index in range(start, start + 40):
+            if text[index].isspace():
+                continue
+            left, bottom, right, top = textpage.get_charbox(index)
+            x, y = turn((left + right) / 2 / width, 1 - (bottom + top) / 2 / height)
+            assert _inside(x, y, boxes), (index, text[index])
 
 
-def test_a_rendered_page_has_ink_where_the_boxes_are() -> None:
+def test_a_rendered_page_has_ink_where_the_boxes_are(pages: PdfPages) -> None:
     from PIL import Image
 
     data = (CORPUS / "multicolumn.pdf").read_bytes()
     text = PdfKind().parse(data).text
     start = text.index("Donec vehicula")
-    pages = PdfPages()
     [boxes] = pages.boxes("doc", data, [(start, start + 60, 1, 1)])
     png = pages.image("doc", None, 1, 800)
     assert pages.image("doc", None, 1, 800) is png  # cached
@@ -159,3 +171,16 @@ def test_a_rendered_page_has_ink_where_the_boxes_are() -> None:
         )
         dark = sum(1 for value in region.tobytes() if value < 128)
         assert dark > 0.05 * region.width * region.height
+
+
+def test_closed_pages_open_a_document_again_when_asked(pages: PdfPages) -> None:
+    data = (CORPUS / "multicolumn.pdf").read_bytes()
+    png = pages.image("doc", data, 1, 200)
+    assert pages.is_open("doc")
+    pages.close()
+    assert not pages.is_open("doc")
+    with pytest.raises(KeyError):
+        pages.boxes("doc", None, [(0, 10, 1, 1)])
+    assert pages.image("doc", None, 1, 200) is png  # rendered pages stay cached
+    [boxes] = pages.boxes("doc", data, [(0, 10, 1, 1)])
+    assert boxes and pages.is_open("doc")

@@ -94,6 +94,5 @@ def test_windows_are_the_same_bytes_each_time_and_read_as_the_original_pages() -
     pages = extract_pdf_text(data).pages
     assert extract_pdf_text(first).pages == pages[:2]
     assert extract_pdf_text(second).pages == pages[2:]
-    window = pdfium.PdfDocument(second)
-    assert len(window) == 2
-    window.close()
+    with pdfium.PdfDocument(second) as window:
+        assert len(window) == 2

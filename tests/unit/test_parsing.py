@@ -134,7 +134,7 @@ def _pdf_without_root(text: bytes) -> bytes:
 
 
 # Four threads extracting two real PDFs over and over, each result checked against the same
-# extraction made alone. In a process of its own: without the lock, PDFium corrupted memory
+# extraction made alone. In a process of its own: without the lock, PDFium corrupts memory
 # ("Failed to load page", then a double free or a segmentation fault).
 _RACE = """
 import sys, threading

@@ -24,13 +24,13 @@ def test_decodes_to_the_same_pixels(mode: str) -> None:
 
 
 def test_a_rendered_page_round_trips() -> None:
-    document = pdfium.PdfDocument(CORPUS / "GeoTopo-komprimiert.pdf")
-    try:
+    with pdfium.PdfDocument(CORPUS / "GeoTopo-komprimiert.pdf") as document:  # and its page
         page = document[3]
-        picture = page.render(scale=600 / page.get_width(), rev_byteorder=True).to_pil()
-        page.close()
-    finally:
-        document.close()
+        bitmap = page.render(scale=600 / page.get_width(), rev_byteorder=True)
+        try:
+            picture = bitmap.to_pil()  # the bitmap's buffer is Python's: it outlives the bitmap
+        finally:
+            bitmap.close()
     png = encode_png(picture)
     decoded = Image.open(io.BytesIO(png))
     assert decoded.tobytes() == picture.convert("RGB").tobytes()

@@ -14,7 +14,8 @@ import pytest
 import xlsxwriter
 
 from app.documents.kinds import kind_named
-from app.documents.kinds.spreadsheet import _cell_text, _SheetReader
+from app.documents.kinds.ooxml import main_part
+from app.documents.kinds.spreadsheet import _cell_text, _read_workbook, _SheetReader
 from app.errors import ErrorCode, InvalidDocument
 
 _SHEET_MAIN = "http://schemas.openxmlformats.org/spreadsheetml/2006/main"
@@ -73,15 +74,18 @@ def _openpyxl_cells(data: bytes) -> dict[tuple[str, int, int], str]:
 
 
 def _our_cells(data: bytes) -> dict[tuple[str, int, int], str]:
-    book = openpyxl.load_workbook(io.BytesIO(data), read_only=True, data_only=True)
-    reader = _SheetReader(book)
     cells = {}
-    for sheet in book.worksheets:
-        for number, row in reader.rows(sheet):
-            for column, text in enumerate(row):
-                if text:
-                    cells[sheet.title, number, column] = text
-    book.close()
+    part = main_part(data)
+    assert part is not None
+    with zipfile.ZipFile(io.BytesIO(data)) as archive:
+        workbook = _read_workbook(archive, part[0])
+        reader = _SheetReader(workbook)
+        for title, name in workbook.sheets:
+            with archive.open(name) as source:
+                for number, row in reader.rows(source):
+                    for column, text in enumerate(row):
+                        if text:
+                            cells[title, number, column] = text
     return cells
 
 
@@ -92,11 +96,46 @@ def test_every_cell_reads_as_openpyxl_reads_it(constant_memory: bool) -> None:
     assert expected["Mixed", 2, 2] == "2024-02-29T00:00:00"
     assert expected["Mixed", 6, 1] == "1 day, 12:00:00"
     assert expected["Mixed", 8, 0] == "plain bold tail"
-    assert _our_cells(data) == expected
+    assert list(_our_cells(data).items()) == list(expected.items())
 
 
-def _package(sheet_xml: str) -> bytes:
-    """A one-sheet .xlsx written by hand, with no styles part."""
+def _several_sheets(date_1904: bool) -> bytes:
+    """Two worksheets (the second hidden) with a chart sheet between them, whose parts are
+    numbered apart from the sheets' places."""
+    buffer = io.BytesIO()
+    book = xlsxwriter.Workbook(buffer, {"in_memory": True, "date_1904": date_1904})
+    day = book.add_format({"num_format": "d mmm yyyy"})
+    orders = book.add_worksheet("Orders")
+    orders.write_row(0, 0, ["Order", "Due"])
+    orders.write_number(1, 0, 7)
+    orders.write_datetime(1, 1, datetime(2024, 3, 1), day)
+    chart = book.add_chart({"type": "line"})
+    chart.add_series({"values": "=Orders!$A$2:$A$2"})
+    book.add_chartsheet("Trend").set_chart(chart)
+    notes = book.add_worksheet("Notes")
+    notes.write_column(0, 0, ["Note", "Ship by sea"])
+    notes.hide()
+    book.close()
+    return buffer.getvalue()
+
+
+@pytest.mark.parametrize("date_1904", [False, True], ids=["1900", "1904"])
+def test_worksheets_come_in_the_workbooks_order_whatever_their_parts_are_named(
+    date_1904: bool,
+) -> None:
+    data = _several_sheets(date_1904)
+    expected = _openpyxl_cells(data)
+    assert expected["Orders", 2, 1] == "2024-03-01T00:00:00"
+    assert {sheet for sheet, _, _ in expected} == {"Orders", "Notes"}
+    assert list(_our_cells(data).items()) == list(expected.items())
+
+
+def _package(
+    sheet_xml: str, target: str = "worksheets/sheet1.xml", *, missing_sheet: bool = False
+) -> bytes:
+    """A one-sheet .xlsx written by hand, with no styles part: the sheet's part is ``target``
+    (from the workbook's folder, or from the package's root after a "/"); ``missing_sheet``
+    lists a second sheet whose part is not in the package."""
     buffer = io.BytesIO()
     relationships = "http://schemas.openxmlformats.org/officeDocument/2006/relationships"
     with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
@@ -121,15 +160,19 @@ def _package(sheet_xml: str) -> bytes:
         archive.writestr(
             "xl/workbook.xml",
             f'<workbook xmlns="{_SHEET_MAIN}" xmlns:r="{relationships}"><sheets>'
-            '<sheet name="Hand" sheetId="1" r:id="rId1"/></sheets></workbook>',
+            '<sheet name="Hand" sheetId="1" r:id="rId1"/>'
+            + ('<sheet name="Gone" sheetId="2" r:id="rId2"/>' if missing_sheet else "")
+            + "</sheets></workbook>",
         )
         archive.writestr(
             "xl/_rels/workbook.xml.rels",
             '<Relationships xmlns="http://schemas.openxmlformats.org/package/2006/relationships">'
-            f'<Relationship Id="rId1" Type="{relationships}/worksheet" '
-            'Target="worksheets/sheet1.xml"/></Relationships>',
+            f'<Relationship Id="rId1" Type="{relationships}/worksheet" Target="{target}"/>'
+            f'<Relationship Id="rId2" Type="{relationships}/worksheet" '
+            'Target="worksheets/gone.xml"/></Relationships>',
         )
-        archive.writestr("xl/worksheets/sheet1.xml", sheet_xml)
+        name = target[1:] if target.startswith("/") else f"xl/{target}"
+        archive.writestr(name, sheet_xml)
     return buffer.getvalue()
 
 
@@ -156,6 +199,19 @@ def test_a_prefixed_sheet_with_no_references_reads_by_position() -> None:
         "Sheet Hand, row 5\nPeople: 2.5\n\n",
         "Sheet Hand, row 6\nPeople: 1000\n\n",
     ]
+
+
+def test_a_sheet_is_found_through_the_workbooks_relationships() -> None:
+    # Its part named as no writer names it, from the package's root; a listed sheet whose part
+    # is missing is left out, as openpyxl leaves it.
+    sheet_xml = (
+        f'<worksheet xmlns="{_SHEET_MAIN}"><sheetData>'
+        '<row r="1"><c r="A1" t="inlineStr"><is><t>Item</t></is></c></row>'
+        '<row r="2"><c r="A2" t="inlineStr"><is><t>Pens</t></is></c></row>'
+        "</sheetData></worksheet>"
+    )
+    data = _package(sheet_xml, "/xl/data/the pens.xml", missing_sheet=True)
+    assert _texts(data) == ["Sheet Hand, row 2\nItem: Pens\n\n"]
 
 
 def test_every_row_is_read_whatever_the_dimension_says() -> None:
@@ -192,3 +248,35 @@ def test_a_broken_sheet_is_an_invalid_office_file(sheet_xml: str) -> None:
     with pytest.raises(InvalidDocument) as raised:
         kind_named("xlsx").parse(_package(sheet_xml))
     assert raised.value.code == ErrorCode.OFFICE_FILE_INVALID
+
+
+def _with_broken(data: bytes, part: str) -> bytes:
+    """The package with ``part`` replaced by XML cut short."""
+    out = io.BytesIO()
+    with zipfile.ZipFile(io.BytesIO(data)) as source, zipfile.ZipFile(out, "w") as target:
+        for member in source.infolist():
+            target.writestr(member, b"<broken" if member.filename == part else source.read(member))
+    return out.getvalue()
+
+
+@pytest.mark.parametrize(
+    "part",
+    [
+        "xl/workbook.xml",
+        "xl/_rels/workbook.xml.rels",
+        "xl/styles.xml",
+        "xl/sharedStrings.xml",
+        "xl/worksheets/sheet1.xml",
+    ],
+)
+def test_a_broken_part_the_rows_need_is_an_invalid_office_file(part: str) -> None:
+    data = _with_broken(_varied_workbook(constant_memory=False), part)
+    with pytest.raises(InvalidDocument) as raised:
+        kind_named("xlsx").parse(data)
+    assert raised.value.code == ErrorCode.OFFICE_FILE_INVALID
+
+
+@pytest.mark.parametrize("part", ["docProps/core.xml", "docProps/app.xml", "xl/theme/theme1.xml"])
+def test_a_broken_part_the_rows_do_not_need_is_left_unread(part: str) -> None:
+    data = _varied_workbook(constant_memory=False)
+    assert _texts(_with_broken(data, part)) == _texts(data)

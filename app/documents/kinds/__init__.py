@@ -31,8 +31,8 @@ from app.errors import ErrorCode, InvalidDocument, UnsupportedMediaType
 
 # Libraries a kind imports when it first parses (or, for pypdf, first falls back to it), not
 # when the registry is built: a worker that never reads a Word file never holds python-docx,
-# and together they were a fifth of a fresh worker's memory. numpy comes with blingfire's
-# package, which chunking never imports (it loads the library itself). Checked by
+# and these libraries are a large share of a fresh worker's memory. numpy comes with
+# blingfire's package, which chunking never imports (it loads the library itself). Checked by
 # tests/unit/test_lazy_imports.py.
 LAZY_LIBRARIES = ("docx", "pptx", "openpyxl", "lxml", "selectolax", "pypdf", "PIL", "numpy")
 

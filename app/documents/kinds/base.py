@@ -106,9 +106,9 @@ class DocumentKind(ABC):
     mismatch: ClassVar[tuple[str, ErrorCode] | None] = None
     """The (detail, code) of the error for bytes declared as this kind that lack its signature."""
     sends_original: ClassVar[bool] = False
-    # Its pages can be shown as pictures with the cited characters boxed (PDFium's).
-    has_page_images: ClassVar[bool] = False
     """Whether the upstream gets the original bytes (so loading must read them)."""
+    has_page_images: ClassVar[bool] = False
+    """Whether its pages can be shown as pictures with the cited characters boxed (PDFium's)."""
     serial: ClassVar[bool] = False
     """Whether its parser can run only one call at a time in the process."""
 

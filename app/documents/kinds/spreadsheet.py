@@ -3,8 +3,10 @@
 names whole rows. Each block's locator is ``{"sheet": "Q3", "rows": [14]}`` (a CSV or TSV has
 no sheet: ``{"rows": [14]}``), rows numbered as a spreadsheet program shows them.
 
-Workbooks are read by openpyxl in read-only mode, which streams each sheet's XML rather than
-building the workbook in memory; every kind stops at ``max_rows`` rows with ``too_many_rows``.
+A workbook's parts are found and read with openpyxl's public readers (the workbook part, its
+relationships, shared strings and styles), and each worksheet's XML is streamed from the
+package by ``_SheetReader`` rather than built in memory; every kind stops at ``max_rows`` rows
+with ``too_many_rows``.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import io
 import zipfile
 import zlib
 from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
 from datetime import date, datetime, time
 from typing import IO, Any, ClassVar
 from xml.etree import ElementTree
@@ -21,7 +24,7 @@ from xml.parsers import expat
 
 from app.documents.kinds.base import DEFAULT_PARSE_OPTIONS, ParsedDocument, ParseOptions
 from app.documents.kinds.converted import Block, BlocksKind, blocks_document
-from app.documents.kinds.ooxml import OfficeKind, damaged, open_package
+from app.documents.kinds.ooxml import OfficeKind, damaged, main_part, open_package
 from app.documents.kinds.text import charset_media_type, decode_text
 from app.errors import ErrorCode, InvalidDocument
 
@@ -97,8 +100,8 @@ def _number_text(value: str) -> str:
     return str(int(value))
 
 
-# What reading a damaged workbook raises, from zipfile, zlib, openpyxl (it reads each sheet's
-# dimension with ElementTree when it opens) or the sheet reader.
+# What reading a damaged workbook raises, from zipfile, zlib, openpyxl's readers of the
+# workbook's parts (with ElementTree, or with lxml: see parse) or the sheet reader.
 _UNREADABLE = (
     zipfile.BadZipFile,
     zlib.error,
@@ -128,30 +131,82 @@ def _no_entities(*_: Any) -> None:
     raise ValueError("entity declarations have no place in a worksheet")
 
 
+@dataclass(frozen=True, slots=True)
+class _Workbook:
+    """What reading the worksheets needs from the rest of the package."""
+
+    sheets: list[tuple[str, str]]
+    """Each worksheet's title and the name of its part, in the workbook's order."""
+    shared_strings: Sequence[str]
+    date_styles: set[int]
+    """The cell styles (``s``) whose number format shows a date or a time."""
+    timedelta_styles: set[int]
+    """Those of them that show a duration (``[h]:mm``)."""
+    epoch: datetime
+
+
+def _relation_kind(relation: Any) -> str:
+    """The last segment of a relationship's type: ``styles`` for ``.../relationships/styles``."""
+    return str(relation.Type).rsplit("/", 1)[-1]
+
+
+def _read_workbook(archive: zipfile.ZipFile, part: str) -> _Workbook:
+    """The worksheets, shared strings, date styles and epoch of the workbook whose main part is
+    ``part``, each part found through the workbook's relationships and read by openpyxl."""
+    from openpyxl.reader.strings import read_string_table
+    from openpyxl.reader.workbook import WorkbookParser
+    from openpyxl.styles.stylesheet import Stylesheet
+    from openpyxl.xml.functions import fromstring
+
+    parser = WorkbookParser(archive, part, keep_links=False)
+    parser.parse()  # the sheets in order, and the epoch (1900 or 1904)
+    members = set(archive.namelist())
+    # A sheet whose part is missing is left out, as openpyxl leaves it; a chart sheet is read
+    # like the others and has no rows.
+    sheets = [
+        (sheet.name, relation.target)
+        for sheet, relation in parser.find_sheets()
+        if relation.target in members
+    ]
+    parts = {_relation_kind(relation): relation.target for relation in parser.rels.values()}
+    shared_strings: list[str] = []
+    if "sharedStrings" in parts:
+        with archive.open(parts["sharedStrings"]) as source:
+            shared_strings = read_string_table(source)
+    date_styles: set[int] = set()
+    timedelta_styles: set[int] = set()
+    if "styles" in parts:
+        # The styles whose number format (built in, or the workbook's own) is a date or a
+        # duration, by openpyxl's is_date_format and is_timedelta_format.
+        styles = Stylesheet.from_tree(fromstring(archive.read(parts["styles"])))
+        date_styles, timedelta_styles = styles.date_formats, styles.timedelta_formats
+    return _Workbook(sheets, shared_strings, date_styles, timedelta_styles, parser.wb.epoch)
+
+
 class _SheetReader:
     """The cells of each worksheet as text, a row at a time, as ``_cell_text`` writes the values
     openpyxl reads (``data_only``: a formula's cached value).
 
     openpyxl's read-only worksheet builds a dict and a coordinate tuple per cell, on a parser
-    that makes an element per tag: for 100,000 rows that was most of the upload. This reads the
-    sheet's XML with expat, turning each cell straight into its text, a chunk of bytes at a
-    time, so memory holds one chunk's rows. The workbook's other parts (sheets, shared strings,
-    the styles that make a number a date) still come from openpyxl.
+    that makes an element per tag: for a large sheet, most of the time its upload takes. This
+    reads the sheet's XML with expat, turning each cell straight into its text, a chunk of bytes
+    at a time, so memory holds one chunk's rows. The workbook's other parts
+    (sheets, shared strings, the styles that make a number a date) come from ``_read_workbook``.
 
     Unlike openpyxl, every row the sheet holds is read, whatever its ``<dimension>`` says: some
-    writers put ``A1`` there on every sheet, and openpyxl then read one cell of them.
+    writers put ``A1`` there on every sheet, and openpyxl then reads one cell of them.
     """
 
-    def __init__(self, workbook: Any) -> None:
+    def __init__(self, workbook: _Workbook) -> None:
         from openpyxl.utils import column_index_from_string
         from openpyxl.utils.datetime import from_excel, from_ISO8601
 
-        self._column_index, self._from_excel = column_index_from_string, from_excel
-        self._from_iso = from_ISO8601
-        self.workbook = workbook
+        self.column_index, self.from_excel = column_index_from_string, from_excel
+        self.from_iso = from_ISO8601
+        self.shared = workbook.shared_strings
         self.shared_texts: dict[int, str] = {}
-        self.date_styles: set[int] = workbook._date_formats
-        self.timedelta_styles: set[int] = workbook._timedelta_formats
+        self.date_styles = workbook.date_styles
+        self.timedelta_styles = workbook.timedelta_styles
         self.epoch = workbook.epoch
         self.columns: dict[str, int] = {}
 
@@ -159,22 +214,22 @@ class _SheetReader:
         letters = reference.rstrip("0123456789")
         column = self.columns.get(letters)
         if column is None:
-            column = self._column_index(letters) - 1
+            column = self.column_index(letters) - 1
             self.columns[letters] = column
         return column
 
-    def value_text(self, shared: Sequence[Any], kind: str, style: str | None, value: str) -> str:
+    def value_text(self, kind: str, style: str | None, value: str) -> str:
         if kind == "s":
             number = int(value)
             text = self.shared_texts.get(number)
             if text is None:
-                text = self.shared_texts[number] = _cell_text(shared[number])
+                text = self.shared_texts[number] = _cell_text(self.shared[number])
             return text
         if kind == "n":
             style_id = int(style) if style else 0  # no "s": the workbook's default style
             if style_id in self.date_styles:
                 try:
-                    moment = self._from_excel(
+                    moment = self.from_excel(
                         float(value), self.epoch, timedelta=style_id in self.timedelta_styles
                     )
                 except (OverflowError, ValueError):
@@ -184,16 +239,11 @@ class _SheetReader:
         if kind == "b":
             return "TRUE" if int(value) else "FALSE"
         if kind == "d":
-            return _cell_text(self._from_iso(value))
+            return _cell_text(self.from_iso(value))
         return _cell_text(value)  # inlineStr, str (a formula's text), e (an error)
 
-    def rows(self, sheet: Any) -> Iterator[tuple[int, list[str]]]:
-        """(row number, its cells' texts by column) for each row of a read-only sheet."""
-        # A sheet's shared strings are the workbook's, read once by openpyxl.
-        with self.workbook._archive.open(sheet._worksheet_path) as source:
-            yield from self._rows(source, sheet._shared_strings)
-
-    def _rows(self, source: IO[bytes], shared: Sequence[Any]) -> Iterator[tuple[int, list[str]]]:
+    def rows(self, source: IO[bytes]) -> Iterator[tuple[int, list[str]]]:
+        """(row number, its cells' texts by column) for each row of a worksheet's XML."""
         done: list[tuple[int, list[str]]] = []
         number = 0
         cells: list[str] = []
@@ -226,7 +276,7 @@ class _SheetReader:
             nonlocal collecting, inline, phonetic
             if name == _CELL:
                 value = "".join(parts)
-                text = self.value_text(shared, kind, style, value) if value else ""
+                text = self.value_text(kind, style, value) if value else ""
                 if text:
                     if column > len(cells):
                         cells.extend([""] * (column - len(cells)))
@@ -317,34 +367,31 @@ class WorkbookKind(OfficeKind, BlocksKind):
     }
 
     def parse(self, data: bytes, options: ParseOptions = DEFAULT_PARSE_OPTIONS) -> ParsedDocument:
-        import openpyxl  # when first needed: see LAZY_LIBRARIES
+        from lxml import etree  # when first needed: see LAZY_LIBRARIES
         from openpyxl.utils import get_column_letter
 
         package = open_package(data, options)
+        part = main_part(data)
+        assert part is not None, "identified as a workbook by its main part"
+        counted = [0]
+        blocks: list[Block] = []
         try:
-            workbook = openpyxl.load_workbook(
-                package, read_only=True, data_only=True, keep_links=False
-            )
-        except _UNREADABLE:
+            with zipfile.ZipFile(package) as archive:
+                workbook = _read_workbook(archive, part[0])
+                reader = _SheetReader(workbook)
+                for title, name in workbook.sheets:
+                    with archive.open(name) as source:
+                        blocks.extend(
+                            _row_blocks(
+                                reader.rows(source),
+                                title,
+                                lambda c: f"Column {get_column_letter(c + 1)}",
+                                counted,
+                                options.max_rows,
+                            )
+                        )
+        except (*_UNREADABLE, etree.XMLSyntaxError):  # openpyxl parses with lxml when it can
             raise damaged() from None
-        try:
-            counted = [0]
-            blocks: list[Block] = []
-            reader = _SheetReader(workbook)
-            for sheet in workbook.worksheets:
-                blocks.extend(
-                    _row_blocks(
-                        reader.rows(sheet),
-                        sheet.title,
-                        lambda c: f"Column {get_column_letter(c + 1)}",
-                        counted,
-                        options.max_rows,
-                    )
-                )
-        except _UNREADABLE:
-            raise damaged() from None
-        finally:
-            workbook.close()
         if not blocks:
             raise _no_rows("workbook")
         parsed = blocks_document(blocks, "workbook")

@@ -92,12 +92,13 @@ def _paragraph_text(paragraph: Paragraph, element: Any) -> str:
 
 
 def _row_text(row: Any) -> str:
-    # A merged cell is listed once per grid column it spans: each is said once.
-    cells: list[str] = []
-    seen: set[int] = set()
-    for cell in row.cells:
-        if id(cell._tc) in seen:
-            continue
-        seen.add(id(cell._tc))
-        cells.append(" ".join(cell.text.split()))
-    return _CELL_SEPARATOR.join(cells)
+    # python-docx lists a merged cell once per grid column it spans, in a run (a cell merged
+    # down from the row above, as wide as it): each is said once, the run skipped by its span.
+    cells = row.cells
+    texts: list[str] = []
+    at = 0
+    while at < len(cells):
+        cell = cells[at]
+        texts.append(" ".join(cell.text.split()))
+        at += max(cell.grid_span, 1)
+    return _CELL_SEPARATOR.join(texts)

@@ -40,6 +40,19 @@ def test_pdf_cache_parses_each_pdf_once_and_is_bounded() -> None:
     assert cache.parses == 4
 
 
+def test_pdf_cache_drops_the_least_recently_used() -> None:
+    cache = ParsedPdfCache(max_entries=2)
+    wide, narrow, square = (base64.b64encode(small_pdf(w)).decode() for w in (300, 100, 200))
+    kept = cache.load(wide)
+    cache.load(narrow)
+    assert cache.load(wide) is kept  # used since narrow was loaded: narrow goes first
+    cache.load(square)
+    assert cache.load(wide) is kept
+    assert cache.parses == 3
+    cache.load(narrow)
+    assert cache.parses == 4
+
+
 def test_repeated_questions_on_one_pdf_parse_it_once(engine: LocalEngine) -> None:
     data = body(pdf_document(AMAZON_PDF.read_bytes()), question=AMAZON_QUESTION)
     answer(engine, data)
