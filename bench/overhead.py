@@ -28,7 +28,7 @@ what remains is the server's own cost, CPU per request being the figure least mo
 
     .venv/bin/python bench/overhead.py [--requests 2000] [--repetitions 3] [--concurrency 1 32]
         [--mode json|stream|both] [--database-url URL] [--workers N] [--soak 20000]
-        [--against REV]
+        [--against REV] [--event-relay]
 
 A change is measured with ``--against REV`` (its parent, say): Citegate at that revision runs
 beside this checkout's, each on its own database, and every repetition asks both, so the two
@@ -299,6 +299,12 @@ def baselines(
     )
 
 
+def event_relay(url: str, pid: int, workdir: Path) -> Target:
+    """bench/forwarder.py --events: a stream relayed event by event, nothing resolved."""
+    direct = written(workdir, "direct", True, messages_request(True))
+    return Target("event relay", f"{url}/v1/messages", direct, {}, (pid,))
+
+
 def citegate_targets(
     stack: Stack, workdir: Path, stream: bool, label: str = ""
 ) -> tuple[Target, Target]:
@@ -377,9 +383,11 @@ def measure(
     forwarder: str,
     forwarder_pid: int,
     against: tuple[Stack, str] | None = None,
+    relay: tuple[str, int] | None = None,
 ) -> None:
     """``against``: a second Citegate (another revision's) and its label, measured in the same
-    interleaved repetitions, so that a change's before and after meet the same machine."""
+    interleaved repetitions, so that a change's before and after meet the same machine.
+    ``relay``: bench/forwarder.py --events (its URL and pid), measured beside streams."""
     database = stack.database.startswith("postgresql")
     with tempfile.TemporaryDirectory() as tmp:
         workdir = Path(tmp)
@@ -388,7 +396,8 @@ def measure(
             ours: tuple[Target, ...] = citegate_targets(stack, workdir, stream)
             if against is not None:
                 ours += citegate_targets(against[0], workdir, stream, f"@{against[1]}")
-            all_targets = (fake, bare, *ours)
+            floors = (event_relay(*relay, workdir),) if relay is not None and stream else ()
+            all_targets = (fake, bare, *floors, *ours)
             width = max(len(t.name) for t in all_targets)
             for target in all_targets:  # warm up
                 hey(target, 200, 8, False)
@@ -402,7 +411,7 @@ def measure(
                 kind = "streaming" if stream else "JSON"
                 print(f"{kind}, concurrency {concurrency}, {args.requests} requests, ", end="")
                 print(f"{args.repetitions} repetitions:")
-                for target in (bare, *ours):
+                for target in (bare, *floors, *ours):
                     print(
                         report(
                             target.name,
@@ -413,7 +422,7 @@ def measure(
                         )
                     )
                 cpu = {name: median_cpu(target_runs) for name, target_runs in runs.items()}
-                for target in ours:
+                for target in (*floors, *ours):
                     print(
                         f"  {target.name} / forwarder CPU: {cpu[target.name] / cpu[bare.name]:.2f}x"
                     )
@@ -484,6 +493,12 @@ def main() -> None:
         help="also Citegate at this git revision (a worktree; on PostgreSQL its own database, "
         "the URL's name + _against), in the same repetitions: a change's before and after",
     )
+    parser.add_argument(
+        "--event-relay",
+        action="store_true",
+        help="streams also through bench/forwarder.py --events: relayed event by event on "
+        "the libraries Citegate's streams use, nothing resolved or stored",
+    )
     parser.add_argument("--serve-fake", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve_fake:
@@ -507,7 +522,10 @@ def main() -> None:
             )
             print(f"against: {args.against} ({label}), in a worktree at {root}")
         forwarder, forwarder_pid = started.enter_context(forwarding(stack.fake))
-        measure(args, stack, forwarder, forwarder_pid, against)
+        relay = None
+        if args.event_relay:
+            relay = started.enter_context(forwarding(stack.fake, args=("--events",)))
+        measure(args, stack, forwarder, forwarder_pid, against, relay)
 
 
 @contextmanager
