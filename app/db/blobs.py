@@ -18,6 +18,7 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.db.models import DocumentBlob
+from app.db.sqlite import on_thread
 
 PIECE = 1024 * 1024
 _TABLE = DocumentBlob.__tablename__
@@ -47,7 +48,7 @@ async def insert_blob(session: AsyncSession, document_id: str, tenant_id: str, d
         )
         raw = await connection.get_raw_connection()
         sqlite: aiosqlite.Connection = raw.driver_connection  # type: ignore[assignment]
-        await sqlite._execute(_write_blob, sqlite._conn, rowid, data)  # type: ignore[no-untyped-call]
+        await on_thread(sqlite, _write_blob, rowid, data)
 
 
 def _write_blob(connection: sqlite3.Connection, rowid: int, data: bytes) -> None:

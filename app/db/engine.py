@@ -135,8 +135,8 @@ class RowInserter:
 
     What SQLAlchemy's ``Connection`` does on failure, it does too: a driver error comes out as
     SQLAlchemy's (``IntegrityError`` and so on), parameters hidden; on a disconnect the
-    connection is invalidated and every older one in the pool with it (the pool's private
-    ``_invalidate``, fenced by tests/integration/test_row_inserter.py); an insert cut off
+    connection is invalidated and every other one the pool holds is replaced (the engine
+    disposed of its pool, the public way to what SQLAlchemy does there); an insert cut off
     midway (cancelled, timed out) closes its connection rather than give it back in the middle
     of a command. Left out: the asyncpg adapter re-prepares its cached statements after DDL run
     on the engine (``_invalidate_schema_cache_asof``); the service runs none on it.
@@ -153,7 +153,7 @@ class RowInserter:
             (name, table.columns[name].type.dialect_impl(dialect).bind_processor(dialect))
             for name in compiled.positiontup
         ]
-        self._engine = engine.sync_engine  # its pool as it is now: dispose() makes a new one
+        self._engine = engine.sync_engine
 
     async def insert(self, values: Mapping[str, Any]) -> None:
         """Insert the row of ``values`` (one for every column) and commit it."""
@@ -180,7 +180,8 @@ class RowInserter:
         except dialect.loaded_dbapi.Error as error:
             broken = dialect.is_disconnect(error, connection, None)
             if broken and connection is not None:
-                engine.pool._invalidate(connection, error)
+                connection.invalidate(error)
+                engine.dispose()  # the server dropped the others too, as a restart does
             raise DBAPIError.instance(
                 self._sql,
                 None,

@@ -8,7 +8,8 @@ and a commit or rollback with no transaction open makes no trip; with the connec
 ``autocommit`` set (``app.db.engine.RowInserter`` sets it for one statement), the statement
 commits on the thread, in its own trip. Everything else is SQLAlchemy's adapter as it is.
 
-The cursor stands in for private parts of SQLAlchemy's adapter and of aiosqlite;
+The cursor stands in for private parts of SQLAlchemy's adapter and of aiosqlite (and
+``on_thread`` uses aiosqlite's, for ``app.db.blobs``);
 ``tests/integration/test_sqlite_driver.py`` names each one and fails when a release moves it.
 
 It is handed to SQLAlchemy through ``create_async_engine(module=...)``, the documented way to
@@ -19,7 +20,8 @@ from __future__ import annotations
 
 import sqlite3
 from collections import deque
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import aiosqlite
 from sqlalchemy.connectors.asyncio import AsyncAdapt_dbapi_connection
@@ -30,6 +32,8 @@ from sqlalchemy.dialects.sqlite.aiosqlite import (
 )
 from sqlalchemy.util import EMPTY_DICT
 from sqlalchemy.util.concurrency import await_
+
+_T = TypeVar("_T")
 
 
 class _Ran:
@@ -141,6 +145,14 @@ class _DBAPI(AsyncAdapt_aiosqlite_dbapi):
     def connect(self, *arg: Any, **kw: Any) -> _Connection:
         adapted = super().connect(*arg, **kw)
         return _Connection(self, adapted._connection)
+
+
+async def on_thread(
+    connection: aiosqlite.Connection, function: Callable[..., _T], *args: Any
+) -> _T:
+    """``function(sqlite3_connection, *args)`` on aiosqlite's thread, for what aiosqlite has
+    no method of its own for (incremental blob I/O)."""
+    return await connection._execute(function, connection._conn, *args)  # type: ignore[no-untyped-call,no-any-return]
 
 
 def one_trip_dbapi() -> AsyncAdapt_aiosqlite_dbapi:

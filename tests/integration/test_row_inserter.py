@@ -5,18 +5,16 @@ broken write leaves the pool's connection as every other user expects it."""
 from __future__ import annotations
 
 import asyncio
-import inspect
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import pytest
-import sqlalchemy
 from sqlalchemy import bindparam, delete, event, insert, select, text
 from sqlalchemy.exc import DBAPIError, IntegrityError
 from sqlalchemy.ext.asyncio import AsyncEngine
-from sqlalchemy.pool import NullPool, Pool
+from sqlalchemy.pool import NullPool
 
 from app.db.engine import RowInserter, create_engine, create_session_factory
 from app.db.models import DEFAULT_TENANT_ID, Answer
@@ -196,12 +194,3 @@ async def test_an_insert_cut_off_midway_gives_back_no_connection_in_the_middle_o
         kept.append("ans_inserter_cut")
     await transactions_are_whole(engine, kept)
     await inserter.insert(answer_row("ans_inserter_after"))
-
-
-def test_the_pools_private_invalidate_is_still_there() -> None:
-    """RowInserter invalidates every older pooled connection on a disconnect as SQLAlchemy's
-    own Connection does, through the pool's private ``_invalidate(connection, exception)``."""
-    parameters = list(inspect.signature(Pool._invalidate).parameters)
-    assert parameters[:3] == ["self", "connection", "exception"], (
-        f"SQLAlchemy {sqlalchemy.__version__} moved Pool._invalidate: see RowInserter._insert"
-    )
