@@ -260,6 +260,11 @@ class UpstreamClient:
             ) from exc
         except httpx.TransportError as exc:
             raise UpstreamError("The upstream API could not be reached.") from exc
+        except httpx.DecodingError as exc:  # a body its content-encoding does not decode
+            raise UpstreamError(
+                "The upstream API sent a body that does not decode.",
+                code=ErrorCode.UPSTREAM_BAD_RESPONSE,
+            ) from exc
         if response.is_success:
             return response
         raise _error_from(response)

@@ -174,15 +174,20 @@ def reading(response: httpx.Response, what: str) -> Iterator[None]:
     request_id = request_id_of(response)
     try:
         yield
-    except httpx.TimeoutException as exc:
-        raise UpstreamError(
-            f"The upstream API stopped sending in the middle of {what}.",
-            code=ErrorCode.UPSTREAM_TIMEOUT,
-            request_id=request_id,
-        ) from exc
-    except httpx.TransportError as exc:
-        raise UpstreamError(
-            f"The connection to the upstream API dropped in the middle of {what}.",
-            code=ErrorCode.UPSTREAM_STREAM_INTERRUPTED,
-            request_id=request_id,
-        ) from exc
+    except (httpx.DecodingError, httpx.TransportError) as exc:
+        raise _broken_body(exc, what, request_id) from exc
+
+
+def _broken_body(exc: httpx.HTTPError, what: str, request_id: str | None) -> UpstreamError:
+    if isinstance(exc, httpx.DecodingError):
+        detail, code = (
+            f"sent {what} in a form that does not decode",
+            ErrorCode.UPSTREAM_BAD_RESPONSE,
+        )
+    # httpx-aiohttp gives a connection that closed as ConnectTimeout: not a timeout.
+    elif isinstance(exc, httpx.TimeoutException) and not isinstance(exc, httpx.ConnectTimeout):
+        detail, code = f"stopped sending in the middle of {what}", ErrorCode.UPSTREAM_TIMEOUT
+    else:
+        detail = f"dropped the connection in the middle of {what}"
+        code = ErrorCode.UPSTREAM_STREAM_INTERRUPTED
+    return UpstreamError(f"The upstream API {detail}.", code=code, request_id=request_id)

@@ -293,6 +293,8 @@ def test_web_search_and_broken_citations_are_kept_unresolved(
             "start_block_index": 4,
             "end_block_index": 2,
         },
+        # Its type's fields missing: kept as it came, shown and stored all the same.
+        {"type": "char_location", "cited_text": "x", "document_index": 0},
     ]
     content = [{"type": "text", "text": "Cited.", "citations": [web, *broken]}]
     fake.reset(Reply(body=message(content)))
@@ -307,6 +309,7 @@ def test_web_search_and_broken_citations_are_kept_unresolved(
             "span": None,
             "verified": False,
         }
+    assert api.get(f"/v1/answers/{response.json()['id']}").json() == response.json()
 
 
 def test_count_tokens(api: httpx.Client, fake: FakeUpstream) -> None:
@@ -352,6 +355,21 @@ def test_a_compressed_answer_is_read(api: httpx.Client, fake: FakeUpstream) -> N
     assert response.json()["text"] == "Green."
     offered = fake.requests[0].headers["accept-encoding"].split(",")
     assert {encoding.strip() for encoding in offered} <= {"gzip", "deflate"}
+
+
+def test_a_body_that_does_not_decode_is_a_bad_response(
+    api: httpx.Client, fake: FakeUpstream
+) -> None:
+    document_id = store(api, {"source": {"type": "text", "data": "The grass is green."}})
+    fake.reset(Reply(body=b"not gzip at all", headers={"content-encoding": "gzip"}))
+    response = ask(api, "Grass?", [document_id])
+    assert response.status_code == 502, response.text
+    assert response.json()["code"] == "upstream_bad_response"
+    stream = {"question": "Grass?", "document_ids": [document_id], "stream": True}
+    fake.reset(Reply(events=[b"not gzip at all"], headers={"content-encoding": "gzip"}))
+    response = api.post("/v1/answers", json=stream)
+    assert response.status_code == 502, response.text
+    assert response.json()["code"] == "upstream_bad_response"
 
 
 def test_a_cookie_the_upstream_sets_never_goes_out_again(
