@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from datetime import datetime
-from typing import Annotated, Any, Literal, get_args
+from typing import Annotated, Any, Literal
 
 from pydantic import (
     BaseModel,
@@ -14,6 +14,7 @@ from pydantic import (
     Field,
     JsonValue,
     SerializeAsAny,
+    ValidationError,
     ValidatorFunctionWrapHandler,
     WrapValidator,
 )
@@ -113,23 +114,22 @@ _KnownCitation = Annotated[
     | WebSearchResultLocationCitation,
     Field(discriminator="type"),
 ]
-# The ``type`` of each citation model above.
-_KNOWN_TYPES = frozenset(
-    get_args(model.model_fields["type"].annotation)[0]
-    for model in get_args(get_args(_KnownCitation)[0])
-)
 
 
-def _keep_unknown(value: Any, validate: ValidatorFunctionWrapHandler) -> Any:
-    """A citation of a type the upstream added since is kept as it came (the schema says a
-    client skips a type it does not know); the others are validated."""
-    if isinstance(value, Mapping) and value.get("type") not in _KNOWN_TYPES:
-        return dict(value)
-    return validate(value)
+def _as_sent(value: Any, validate: ValidatorFunctionWrapHandler) -> Any:
+    """A citation that fits none of the models above is kept as it came, resolved: one of a
+    type the upstream added since (the schema tells a client to skip a type it does not know),
+    or one the upstream sent without a field its type has."""
+    try:
+        return validate(value)
+    except ValidationError:
+        if isinstance(value, Mapping):
+            return dict(value)
+        raise
 
 
-# Serialized as what it holds (a citation model, or the dict of a type added since).
-ResolvedCitation = SerializeAsAny[Annotated[_KnownCitation, WrapValidator(_keep_unknown)]]
+# Serialized as what it holds: a citation model, or the citation as it came.
+ResolvedCitation = SerializeAsAny[Annotated[_KnownCitation, WrapValidator(_as_sent)]]
 
 
 class Segment(BaseModel):
@@ -224,7 +224,6 @@ class AnswerRetrieval(BaseModel):
     )
 
 
-# Shown with ``exclude_unset``: a citation has the fields the upstream sent it with, no more.
 class AnswerOut(BaseModel):
     """A stored answer; the same on create, at the end of a stream and on read."""
 
@@ -243,6 +242,17 @@ class AnswerOut(BaseModel):
     usage: AnswerUsage
     upstream: UpstreamIds
     created_at: datetime
+
+    # Shown without the fields its parts were not given (``exclude_unset``; the routes that
+    # return it say ``response_model_exclude_unset``): a citation keeps exactly the fields the
+    # upstream sent, and an answer stored before a field existed shows none of it.
+    def shown(self) -> dict[str, Any]:
+        """The Answer as JSON data."""
+        return self.model_dump(mode="json", exclude_unset=True)
+
+    def shown_json(self) -> str:
+        """The Answer as JSON."""
+        return self.model_dump_json(exclude_unset=True)
 
     @classmethod
     def of_row(cls, row: Mapping[str, Any]) -> AnswerOut:

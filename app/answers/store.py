@@ -73,9 +73,10 @@ async def store_answer(
     if wanted := boxes_wanted(row["segments"]):
         async with context.sessions() as session:
             await measure_boxes(session, context.pages, wanted)
+    answer = AnswerOut.of_row(row)  # before the row is stored: nothing stored that is not shown
     await context.answers.insert(row)
     count_stored(context.metrics, row)
-    return AnswerOut.of_row(row)
+    return answer
 
 
 def answer_row(

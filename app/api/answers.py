@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, Sequence
 from contextlib import aclosing
 from typing import Annotated, Any
 
@@ -107,7 +107,7 @@ _STREAM_DESCRIPTION = (
     operation_id="createAnswer",
     summary="Ask a question about documents; every citation resolved to a stored span",
     response_model=AnswerOut,
-    response_model_exclude_unset=True,  # an answer as stored (AnswerOut)
+    response_model_exclude_unset=True,  # as AnswerOut.shown
     response_description=_STREAM_DESCRIPTION,
     responses={
         200: {
@@ -136,7 +136,7 @@ async def create_answer(
         return await service.create_answer(session, principal, body, context)
 
 
-async def _written(relayed: RelayedAnswer) -> AsyncIterator[bytes]:
+async def _written(relayed: RelayedAnswer) -> AsyncGenerator[bytes, None]:
     """The relay's events, those of each upstream event as one write."""
     async with aclosing(relayed.events()) as events:
         async for made in events:
@@ -144,13 +144,11 @@ async def _written(relayed: RelayedAnswer) -> AsyncIterator[bytes]:
 
 
 def _encoded(events: Sequence[Relayed]) -> list[tuple[str, str]]:
-    return [
-        (
-            name,
-            data.model_dump_json() if isinstance(data, AnswerOut) else orjson.dumps(data).decode(),
-        )
-        for name, data in events
-    ]
+    return [(name, _json(data)) for name, data in events]
+
+
+def _json(data: dict[str, Any] | AnswerOut) -> str:
+    return data.shown_json() if isinstance(data, AnswerOut) else orjson.dumps(data).decode()
 
 
 @router.post(
@@ -171,7 +169,7 @@ async def count_answer_tokens(
     operation_id="getAnswer",
     summary="Get a stored answer",
     response_model=AnswerOut,
-    response_model_exclude_unset=True,  # an answer as stored (AnswerOut)
+    response_model_exclude_unset=True,  # as AnswerOut.shown
     responses=problems(404, 422),
 )
 async def get_answer(

@@ -7,7 +7,7 @@ routes are the Messages API's own, described by its documentation and spoken by 
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from contextlib import aclosing
 from typing import Annotated, Any
 
@@ -90,7 +90,7 @@ async def create_message(request: Request, principal: AnthropicPrincipalDep) -> 
         )
     answer, reply = await answers.answer_prepared(context, principal, prepared, headers)
     message = orjson.loads(reply.body)
-    enrich_message(message, answer.model_dump(include={"segments"}, exclude_unset=True)["segments"])
+    enrich_message(message, answer.shown()["segments"])
     return Response(
         orjson.dumps(message),
         media_type="application/json",
@@ -98,7 +98,7 @@ async def create_message(request: Request, principal: AnthropicPrincipalDep) -> 
     )
 
 
-async def _relayed(relayed: RelayedAnswer) -> AsyncIterator[bytes]:
+async def _relayed(relayed: RelayedAnswer) -> AsyncGenerator[bytes, None]:
     """The upstream's events as it sent them, citations enriched, one write each."""
     async with aclosing(relayed.frames()) as frames:
         async for frame, made in frames:

@@ -110,7 +110,7 @@ async def get_answer_batch(
     operation_id="listAnswerBatchResults",
     summary="List a batch's results in request order: those known so far",
     response_model=AnswerBatchResultPage,
-    response_model_exclude_unset=True,  # an answer as stored (AnswerOut)
+    response_model_exclude_unset=True,  # as AnswerOut.shown
     responses=problems(404, 422),
 )
 async def list_answer_batch_results(

@@ -95,7 +95,7 @@ async def list_conversations(
     operation_id="getConversation",
     summary="Get a conversation with its answers in order",
     response_model=ConversationOut,
-    response_model_exclude_unset=True,  # its answers as stored (AnswerOut)
+    response_model_exclude_unset=True,  # its answers as AnswerOut.shown
     responses=problems(404, 422),
 )
 async def get_conversation(

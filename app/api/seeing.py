@@ -129,9 +129,9 @@ async def shared_answer(
     answer = await service.shared_answer(session, token)
     if answer is None:
         return _not_found()
-    shown = await answer_out(session, pages, answer)
+    answered = await answer_out(session, pages, answer)
     documents = await service.shared_documents(session, answer)
-    html = viewer.render_answer(shown.model_dump(mode="json"), documents, token)
+    html = viewer.render_answer(answered.shown(), documents, token)
     return HTMLResponse(html, headers=viewer.PAGE_HEADERS)
 
 
