@@ -4,7 +4,7 @@ client has gone or stopped reading), and the framing of a list of events as one 
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Iterable, Mapping
+from collections.abc import AsyncGenerator, Iterable, Mapping
 
 import anyio
 from sse_starlette import EventSourceResponse, ServerSentEvent
@@ -26,12 +26,13 @@ class EventStream(EventSourceResponse):
     ``send_timeout`` seconds for a client that reads nothing or when the connection breaks.
 
     However it ends, ``content`` is closed and then ``finish`` runs (it stores what arrived),
-    shielded from cancellation.
+    shielded from cancellation; then the response holds neither, as sse-starlette's tasks leave
+    it in reference cycles that only the garbage collector frees.
     """
 
     def __init__(
         self,
-        content: AsyncIterator[bytes],
+        content: AsyncGenerator[bytes, None],
         *,
         ping: float,
         send_timeout: float | None = None,
@@ -41,7 +42,7 @@ class EventStream(EventSourceResponse):
         if ping <= 0:
             raise ValueError("ping must be a number of seconds")
         super().__init__(content, headers=headers, ping=ping, send_timeout=send_timeout)
-        self.content = content
+        self.content: AsyncGenerator[bytes, None] | None = content
         self.finish = finish
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -54,9 +55,12 @@ class EventStream(EventSourceResponse):
         except OSError:
             log.info("a stream's client went away")
         finally:
+            content, finish = self.content, self.finish
+            self.content = self.finish = self.body_iterator = None  # type: ignore[assignment]
             with anyio.CancelScope(shield=True):
                 try:
-                    await self.content.aclose()  # type: ignore[attr-defined]
+                    if content is not None:  # else the stream was sent before
+                        await content.aclose()
                 finally:
-                    if self.finish is not None:
-                        await self.finish()
+                    if finish is not None:
+                        await finish()

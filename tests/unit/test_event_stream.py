@@ -6,13 +6,12 @@ interface, as uvicorn drives it."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, Awaitable, Callable
 
 import anyio
 import pytest
 from httpx import Response
 from httpx_sse import EventSource
-from sse_starlette import ServerSentEvent
 from starlette.background import BackgroundTask
 from starlette.types import Message, Scope
 
@@ -37,7 +36,7 @@ class Relay:
         self.closed = False
         self.finished = 0
 
-    async def body(self) -> AsyncIterator[bytes]:
+    async def body(self) -> AsyncGenerator[bytes, None]:
         try:
             for n in range(self.events):
                 if self.pause:
@@ -194,7 +193,7 @@ async def test_finish_runs_even_when_closing_the_relay_fails(
 ) -> None:
     runs: list[int] = []
 
-    async def body() -> AsyncIterator[bytes]:
+    async def body() -> AsyncGenerator[bytes, None]:
         try:
             while True:
                 yield b"data: x\r\n\r\n"
@@ -265,9 +264,17 @@ EVENTS = [
 ]
 
 
-def test_events_are_framed_as_sse_starlette_frames_them() -> None:
-    expected = b"".join(ServerSentEvent(data=data, event=name).encode() for name, data in EVENTS)
-    assert server_sent(EVENTS) == expected
+def test_events_are_framed_as_the_sse_rules_say() -> None:
+    assert server_sent(EVENTS) == (
+        b'event: text.delta\r\ndata: {"segment_index":0,"text":"caf\xc3\xa9 \\n not a break"}'
+        b"\r\n\r\n"
+        b'event: message_start\r\ndata: {"type": "message_start", "message": {"id": "msg_1"}}'
+        b"\r\n\r\n"
+        b'event: error\r\ndata: {"type":"error"}\r\n\r\n'
+        b"event: multi\r\ndata: first line\r\ndata: second line\r\ndata: third\r\n"
+        b"data: fourth\r\n\r\n"
+        b"event: empty\r\ndata: \r\n\r\n"
+    )
 
 
 async def test_a_client_reads_back_every_event_as_it_was() -> None:
