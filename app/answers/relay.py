@@ -60,8 +60,10 @@ async def open_relay(
             )
     except BaseException:
         with anyio.CancelScope(shield=True):
-            await stack.aclose()
-            await release(context, prepared)
+            try:
+                await stack.aclose()
+            finally:
+                await release(context, prepared)
         raise
     return RelayedAnswer(context, principal, prepared, stack, upstream, frames, early, answer)
 
@@ -116,7 +118,10 @@ class RelayedAnswer:
         )
         with anyio.CancelScope(shield=True):
             try:
-                await self._stack.aclose()
+                try:
+                    await self._stack.aclose()
+                except Exception:  # what arrived is stored all the same
+                    log.exception("closing the upstream stream of answer %s failed", prepared.id)
                 return await store_answer(self._context, self._principal, prepared, reply)
             finally:
                 await release(self._context, prepared)
@@ -150,7 +155,11 @@ class RelayedAnswer:
             # The client went away (cancelled) or stopped reading: keep what arrived.
             await self.close("cancelled")
             raise
-        stored = await self.close("failed" if failure else "completed")
+        try:
+            stored = await self.close("failed" if failure else "completed")
+        except Exception:
+            log.exception("streamed answer %s could not be stored", prepared.id)
+            stored, failure = None, failure or _broken()
         if failure is not None:
             log.warning("streamed answer %s failed: %s", prepared.id, failure.code)
             yield [("error", problem_of(failure))]

@@ -3,23 +3,36 @@ stream can end (upstream error event, dropped connection, malformed event, clien
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import json
 import time
-import weakref
 import zlib
 from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import httpx
 import pytest
 from httpx_sse import connect_sse
+from sqlalchemy import text
+from sqlalchemy.pool import NullPool
 
 from app.answers.relay import RelayedAnswer
 from app.api.event_stream import EventStream
+from app.db.engine import create_engine
 from app.settings import Settings
 from tests.conftest import Served, behind
-from tests.fake_upstream import GRASS, GRASS_ANSWER, FakeUpstream, Reply, error, sse, sse_message
+from tests.fake_upstream import (
+    GRASS,
+    GRASS_ANSWER,
+    FakeUpstream,
+    Reply,
+    error,
+    message,
+    sse,
+    sse_message,
+)
 from tests.fixture_files import FIXTURES
 
 
@@ -176,74 +189,92 @@ def test_characters_split_across_reads_arrive_whole(api: httpx.Client, fake: Fak
 def test_an_ended_stream_keeps_no_copy_of_its_upstream_request(
     api: httpx.Client, fake: FakeUpstream
 ) -> None:
-    # The request's body is the question's documents (hundreds of KB). A request may live on in
-    # a reference cycle (the HTTP client's response holds its stream, which holds it) until the
-    # garbage collector comes by; it must not keep its body all that while, for every stream.
+    # A request held in a reference cycle lives until a full garbage collection, which is rare
+    # in a served process (GC_THRESHOLDS): a request holding its body kept every stream's
+    # documents (hundreds of KB) in memory for thousands of streams.
     document = " ".join(["The grass is green."] * 20_000)  # 400 KB of documents sent
     document_id = api.post(
         "/v1/documents", json={"source": {"type": "text", "data": document}}
     ).json()["id"]
     raw = (FIXTURES / "web_search_stream.sse").read_bytes()
     gc.collect()  # nothing left from earlier tests
-    gc.disable()  # the requests of the streams below stay alive, for a look at them
+    gc.disable()  # what only a full collection would free must still be found below
     try:
         for _ in range(3):
             fake.reset(Reply(events=[raw]))
             assert stream(api, {"question": "News?", "document_ids": [document_id]})[-1][0] == (
                 "answer.done"
             )
-        requests = upstream_requests()
-        assert len(requests) >= 3
-        assert sum(1 for request in requests if holds_its_body(request)) == 0
-        del requests
+        # The client has read the end; the server may still be closing and storing the last.
+        deadline = time.monotonic() + 5
+        while (kept := upstream_requests_alive()) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert kept == 0  # each went with its stream, in no cycle
     finally:
         gc.enable()
 
 
-def upstream_requests() -> list[httpx.Request]:
-    return [
-        o for o in gc.get_objects() if isinstance(o, httpx.Request) and o.url.path == "/v1/messages"
-    ]
+def upstream_requests_alive() -> int:
+    """How many upstream requests are alive (a count: a list would keep them alive)."""
+    return sum(
+        1 for o in gc.get_objects() if isinstance(o, httpx.Request) and o.url.path == "/v1/messages"
+    )
 
 
-def holds_its_body(request: httpx.Request) -> bool:
-    try:
-        return len(request.content) > 0
-    except httpx.RequestNotRead:  # sent from an iterator: nothing kept
-        return False
-
-
-Answering = (EventStream, RelayedAnswer)  # for isinstance: the classes
-
-
-def test_an_ended_stream_leaves_nothing_behind(api: httpx.Client, fake: FakeUpstream) -> None:
-    # Neither the response nor its relay (the prepared request, its indexes, the upstream
-    # response) outlives the stream once the garbage collector has been by.
+def test_an_ended_stream_keeps_nothing_of_its_answer(api: httpx.Client, fake: FakeUpstream) -> None:
+    # The relay (the prepared request, its indexes, the upstream response) is freed by reference
+    # counting as the stream ends. The response is left in reference cycles by sse-starlette's
+    # tasks until a full collection, which is rare (GC_THRESHOLDS): it must hold nothing then.
     document_id = upload(api)
     raw = (FIXTURES / "web_search_stream.sse").read_bytes()
     gc.collect()  # what earlier tests left
-    earlier = weakref.WeakSet(o for o in gc.get_objects() if isinstance(o, Answering))
-    for _ in range(3):
-        fake.reset(Reply(events=[raw]))
-        assert stream(api, {"question": "News?", "document_ids": [document_id]})[-1][0] == (
-            "answer.done"
-        )
-    # The client has read the end; the server may still be storing the last one.
-    deadline = time.monotonic() + 5
-    while (left := streams_and_relays_besides(earlier)) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert left == []
+    gc.disable()
+    try:
+        for _ in range(3):
+            fake.reset(Reply(events=[raw]))
+            assert stream(api, {"question": "News?", "document_ids": [document_id]})[-1][0] == (
+                "answer.done"
+            )
+        # The client has read the end; the server may still be storing the last one.
+        deadline = time.monotonic() + 5
+        while (relays := relays_alive()) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert relays == 0
+        assert streams_holding_anything() == 0
+    finally:
+        gc.enable()
 
 
-def streams_and_relays_besides(
-    earlier: weakref.WeakSet[EventStream | RelayedAnswer],
-) -> list[str]:
-    """The names of the streams and relays alive after a collection but for those in
-    ``earlier``: only names, as a list of the objects would keep each alive for the next look."""
-    gc.collect()
-    return [
-        type(o).__name__ for o in gc.get_objects() if isinstance(o, Answering) and o not in earlier
-    ]
+def relays_alive() -> int:
+    return sum(1 for o in gc.get_objects() if isinstance(o, RelayedAnswer))
+
+
+def streams_holding_anything() -> int:
+    return sum(
+        1
+        for o in gc.get_objects()
+        if isinstance(o, EventStream)
+        and (o.content is not None or o.finish is not None or o.body_iterator is not None)
+    )
+
+
+def test_answer_done_is_the_stored_answer(api: httpx.Client, fake: FakeUpstream) -> None:
+    """Citations the upstream sent without optional fields keep them out, in the stream's
+    ``answer.done``, in getAnswer and in createAnswer alike."""
+    document_id = upload(api)
+    cited = {"type": "char_location", "cited_text": "The grass is green. ", "document_index": 0}
+    bare = {**cited, "start_char_index": 0, "end_char_index": 20}  # no document_title
+    content = [{"type": "text", "text": "Green.", "citations": [bare]}]
+    fake.reset(Reply(events=sse_message(content)))
+    events = stream(api, {"question": "Grass?", "document_ids": [document_id]})
+    name, done = events[-1]
+    assert name == "answer.done"
+    [citation] = done["segments"][0]["citations"]
+    assert "document_title" not in citation and citation["verified"] is True
+    assert api.get(f"/v1/answers/{done['id']}").json() == done
+    fake.reset(Reply(body=message(content)))
+    whole = api.post("/v1/answers", json={"question": "Grass?", "document_ids": [document_id]})
+    same_answer(done, whole.json())
 
 
 def upload(api: httpx.Client) -> str:
@@ -269,6 +300,56 @@ def test_an_error_event_mid_stream_stores_a_failed_answer(
     stored = api.get(f"/v1/answers/{relayed[0][1]['id']}").json()
     assert stored["status"] == "failed"
     assert stored["text"] == "".join(d["text"] for n, d in relayed if n == "text.delta")
+
+
+@contextmanager
+def answers_refused(database_url: str, question: str) -> Iterator[None]:
+    """Within: the database refuses to store an answer to ``question`` (a trigger raises)."""
+    if database_url.startswith("sqlite"):
+        ddl = [
+            "CREATE TRIGGER refuse_answer BEFORE INSERT ON answers "
+            f"WHEN NEW.question = '{question}' BEGIN SELECT RAISE(ABORT, 'refused'); END"
+        ]
+        undo = ["DROP TRIGGER refuse_answer"]
+    else:
+        ddl = [
+            "CREATE FUNCTION refuse_answer() RETURNS trigger AS $$ BEGIN "
+            f"IF NEW.question = '{question}' THEN RAISE EXCEPTION 'refused'; END IF; "
+            "RETURN NEW; END $$ LANGUAGE plpgsql",
+            "CREATE TRIGGER refuse_answer BEFORE INSERT ON answers "
+            "FOR EACH ROW EXECUTE FUNCTION refuse_answer()",
+        ]
+        undo = ["DROP TRIGGER refuse_answer ON answers", "DROP FUNCTION refuse_answer()"]
+
+    async def run(statements: list[str]) -> None:
+        engine = create_engine(database_url, poolclass=NullPool)
+        async with engine.begin() as connection:
+            for statement in statements:
+                await connection.execute(text(statement))
+        await engine.dispose()
+
+    asyncio.run(run(ddl))
+    try:
+        yield
+    finally:
+        asyncio.run(run(undo))
+
+
+def test_an_answer_that_cannot_be_stored_ends_the_stream_with_an_error(
+    api: httpx.Client, fake: FakeUpstream, database_url: str
+) -> None:
+    fake.reset(Reply(events=sse_message(CITED)))
+    with answers_refused(database_url, "Refused?"):
+        relayed = stream(api, {"question": "Refused?", "document_ids": [upload(api)]})
+    names = [name for name, _ in relayed]
+    assert names[0] == "answer.started" and "text.delta" in names
+    assert names[-1] == "error" and "answer.done" not in names
+    assert relayed[-1][1]["code"] == "internal_error" and relayed[-1][1]["status"] == 500
+    assert api.get(f"/v1/answers/{relayed[0][1]['id']}").status_code == 404
+    # The stream ended cleanly and the service goes on.
+    assert (
+        stream(api, {"question": "Grass?", "document_ids": [upload(api)]})[-1][0] == "answer.done"
+    )
 
 
 def test_a_dropped_connection_stores_a_failed_answer(api: httpx.Client, fake: FakeUpstream) -> None:
