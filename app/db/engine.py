@@ -62,8 +62,7 @@ def create_engine(
             # Sizes: Settings.database_pool_size and database_max_overflow, and why. Last in,
             # first out: at a low rate the connection given back last serves the next request
             # too, so it is never idle past the ping window, where a pool in turn (FIFO) kept
-            # every connection idle that long and pinged each before use (at 5 answers a
-            # second after a burst: 1.17 pings per answer, now 0.13; PostgreSQL's CPU -13 %).
+            # every connection idle that long and pinged each before use (docs/PERFORMANCE.md).
             kwargs |= {"pool_size": pool_size, "max_overflow": max_overflow, "pool_use_lifo": True}
         engine = create_async_engine(url, **_JSON, **kwargs)
         _ping_when_idle(engine, ping_after_idle)
@@ -128,10 +127,9 @@ class RowInserter:
     the columns' own bind processors, as SQLAlchemy makes them; and they go through a pooled
     connection's DBAPI cursor in autocommit: one round trip on PostgreSQL (BEGIN and COMMIT of
     their own made three), one trip to aiosqlite's thread on SQLite (``app.db.sqlite``: the
-    statement commits there). What is left out is what costs: SQLAlchemy's ``Connection``,
-    transaction, execution context and result, 130 of the 350 us of CPU storing an answer on
-    SQLite took (measured in process, issue 20's notes). All of it runs in one greenlet, as
-    each new one maps a Python frame stack and unmaps it at its end.
+    statement commits there). What is left out is what costs (docs/PERFORMANCE.md):
+    SQLAlchemy's ``Connection``, transaction, execution context and result. All of it runs in
+    one greenlet, as each new one maps a Python frame stack and unmaps it at its end.
 
     What SQLAlchemy's ``Connection`` does on failure, it does too: a driver error comes out as
     SQLAlchemy's (``IntegrityError`` and so on), parameters hidden; on a disconnect the

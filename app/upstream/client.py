@@ -3,12 +3,14 @@
 Requests go through httpx's transport API to httpx-aiohttp's transport (aiohttp's connection
 pool, as the official SDK offers it), or to the local engine's ASGI app: not through an
 ``httpx.AsyncClient``, whose cookie, auth, redirect and hook layers Citegate uses none of and
-which cost a sixth of a JSON answer's CPU (docs/PERFORMANCE.md). Retries are tenacity's:
-statuses 408, 409, 429, 500, 502, 503, 504 and 529 and failures to connect, after
-``retry-after-ms`` / ``retry-after`` when the upstream sends them, else after a jittered
-exponential backoff; a bounded number of attempts, and no attempt starts after the total retry
-budget. A read timeout is not retried: the upstream may already be generating (and billing)
-that answer.
+whose cost docs/PERFORMANCE.md gives. Retries are tenacity's: statuses 408, 409, 429, 500, 502,
+503, 504 and 529 and failures to connect, after ``retry-after-ms`` / ``retry-after`` when the
+upstream sends them, else after a jittered exponential backoff; a bounded number of attempts,
+and no attempt starts after the total retry budget. httpx-aiohttp reports a connection the
+server closed before answering (a pooled one it had dropped) as ``httpx.ConnectTimeout``: that
+is retried too, as the official SDK retries its connection errors. A read timeout is not
+retried: the upstream may already be generating (and billing) that answer. Each attempt sends
+the body afresh, in pieces that make no copy of it.
 """
 
 from __future__ import annotations
