@@ -95,8 +95,8 @@ class ErrorCode(StrEnum):
     MALFORMED_BODY = (
         "malformed_body",
         400,
-        "a body that is not JSON, JSON that is not UTF-8, or a multipart form that is broken "
-        "or cut short of its closing boundary",
+        "a body that is not JSON or not sent as `application/json`, JSON that is not UTF-8, "
+        "or a multipart form that is broken or cut short of its closing boundary",
     )
     HTTP_ERROR = "http_error", 400, "any other request that the HTTP layer refuses"
     NOT_FOUND = "not_found", 404, "no route has this path"
@@ -441,10 +441,15 @@ def _validation_error(exc: RequestValidationError) -> CitegateError:
 
 def _malformed_json(exc: RequestValidationError) -> MalformedBody | None:
     """FastAPI reports a body that is not JSON as a validation error of the body as a whole
-    (its ``loc`` the body and the character where reading stopped); it is no field's fault."""
+    (its ``loc`` the body and the character where reading stopped), and a body sent without a
+    JSON content-type as the body's bytes, which are no object; neither is a field's fault."""
     match exc.errors():
         case [{"type": "json_invalid", "loc": ("body", int(position)), "ctx": {"error": reason}}]:
             return MalformedBody(f"The request body is not JSON: {reason} at character {position}.")
+        case [{"loc": ("body",), "input": bytes()}]:
+            return MalformedBody(
+                "The request body is not JSON: it was not sent as application/json."
+            )
     return None
 
 

@@ -25,15 +25,16 @@ ANTHROPIC = {"x-api-key": "sk-any", "anthropic-version": "2023-06-01"}
 QUESTION = {"question": "Pourquoi le ciel est-il bleu ? Ça dépend.", "document_ids": ["doc_x"]}
 
 
-def json_operations() -> Iterator[tuple[str, str]]:
-    """(operationId, path with its parameters filled) of every operation with a JSON body."""
+def json_operations() -> Iterator[tuple[str, tuple[str, str]]]:
+    """(operationId, (method, path with its parameters filled)) of every operation with a
+    JSON body."""
     for path, operations in SPEC["paths"].items():
-        for operation in operations.values():
+        for method, operation in operations.items():
             if "application/json" in operation.get("requestBody", {}).get("content", {}):
                 filled = path.replace("{answer_id}", "ans_missing").replace(
                     "{collection_id}", "col_missing"
                 )
-                yield operation["operationId"], filled
+                yield operation["operationId"], (method.upper(), filled)
 
 
 JSON_ROUTES = dict(json_operations())
@@ -86,14 +87,37 @@ def assert_stored_nothing(client: httpx.Client, database_url: str) -> None:
 
 
 @pytest.mark.parametrize("body", NOT_JSON.values(), ids=NOT_JSON.keys())
-@pytest.mark.parametrize("path", JSON_ROUTES.values(), ids=JSON_ROUTES.keys())
+@pytest.mark.parametrize("route", JSON_ROUTES.values(), ids=JSON_ROUTES.keys())
 def test_a_json_body_that_cannot_be_read_is_malformed(
-    client: httpx.Client, path: str, body: bytes
+    client: httpx.Client, route: tuple[str, str], body: bytes
 ) -> None:
-    problem = assert_problem(client.post(path, content=body, headers=JSON), 400, "malformed_body")
+    method, path = route
+    sent = client.request(method, path, content=body, headers=JSON)
+    problem = assert_problem(sent, 400, "malformed_body")
     assert "errors" not in problem
     assert problem["detail"].startswith(
         ("The request body is not JSON", "The request body is not UTF-8")
+    )
+
+
+NOT_SENT_AS_JSON = {
+    "text/plain": {"content-type": "text/plain"},
+    "form-urlencoded": {"content-type": "application/x-www-form-urlencoded"},
+    "no content-type": {},
+}
+
+
+@pytest.mark.parametrize("headers", NOT_SENT_AS_JSON.values(), ids=NOT_SENT_AS_JSON.keys())
+@pytest.mark.parametrize("route", JSON_ROUTES.values(), ids=JSON_ROUTES.keys())
+def test_a_body_not_sent_as_json_is_malformed(
+    client: httpx.Client, route: tuple[str, str], headers: dict[str, str]
+) -> None:
+    """FastAPI reads a body as JSON only when its content-type says JSON."""
+    method, path = route
+    sent = client.request(method, path, content=json.dumps(QUESTION).encode(), headers=headers)
+    problem = assert_problem(sent, 400, "malformed_body")
+    assert problem["detail"] == (
+        "The request body is not JSON: it was not sent as application/json."
     )
 
 
@@ -227,7 +251,9 @@ def test_anthropic_json_that_cannot_be_read_is_an_invalid_request(
 ) -> None:
     url = f"/anthropic/v1{path}"
     headers = ANTHROPIC | JSON
-    assert_invalid_request(client.post(url, content=b"{not json", headers=headers), "not")
+    not_json = client.post(url, content=b"{not json", headers=headers)
+    assert_invalid_request(not_json, "The request body is not ")
+    assert "JSON" in not_json.json()["error"]["message"]
     latin1 = json.dumps(
         {"model": "m", "messages": [{"role": "user", "content": "Ça?"}]}, ensure_ascii=False
     )
