@@ -19,7 +19,7 @@ from app.auth import keys as api_keys
 from app.db.engine import run_in_session
 from app.db.migrations import upgrade_to_head
 from app.errors import NotFound
-from app.main import create_app, tune_collector
+from app.main import create_app
 from app.observability import MULTIPROCESS_DIR, configure_logging
 from app.settings import Settings
 
@@ -97,8 +97,7 @@ def serve(
             metrics_dir = _prepare_workers(settings)
         app = None
         if workers == 1:
-            app = create_app(settings)
-            tune_collector()
+            app = create_app(settings, own_process=True)
         uvicorn.run(
             app or "app.main:create_worker_app",
             factory=workers > 1,  # each worker builds its own app from the same environment

@@ -48,8 +48,13 @@ log = logging.getLogger(__name__)
 GC_THRESHOLDS = (700, 10, 100)
 
 
-def create_app(settings: Settings | None = None) -> FastAPI:
-    """Build the service. Nothing is read from the environment except through ``Settings``."""
+def create_app(settings: Settings | None = None, *, own_process: bool = False) -> FastAPI:
+    """Build the service. Nothing is read from the environment except through ``Settings``.
+
+    ``own_process``: the app is all its process runs (``citegate serve``), so once started it
+    tunes the process's garbage collector (``tune_collector``); an app embedded in another
+    program leaves its host's collector alone.
+    """
     settings = settings or Settings()
 
     @asynccontextmanager
@@ -86,6 +91,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         poller = None
         if settings.batch_poller:
             poller = asyncio.create_task(app.state.batch_poller.run())
+        if own_process:
+            tune_collector()
         try:
             yield
         finally:
@@ -146,16 +153,13 @@ def create_worker_app() -> FastAPI:
     AppStatus.disable_automatic_graceful_drain()  # type: ignore[no-untyped-call]
     settings = Settings()
     configure_logging(settings.log_level)
-    app = create_app(settings)
-    tune_collector()
-    return app
+    return create_app(settings, own_process=True)
 
 
 def tune_collector() -> None:
-    """The garbage collector of a process ``citegate serve`` starts, once the app is built: what
-    start-up made lives as long as the process and is kept out of every collection, and full
-    collections come less often (``GC_THRESHOLDS``). Never done by ``create_app``, so that an
-    app embedded in another program leaves its host's collector alone."""
+    """The garbage collector of a process ``citegate serve`` starts, once the app has started:
+    what start-up made lives as long as the process and is kept out of every collection, and
+    full collections come less often (``GC_THRESHOLDS``)."""
     gc.freeze()
     gc.set_threshold(*GC_THRESHOLDS)
 
