@@ -63,7 +63,7 @@ def create_app(upstream: str, max_connections: int = 100, events: bool = False) 
     @app.post("/v1/messages")
     async def messages(request: Request) -> Response:
         body = await request.body()
-        if events and b'"stream": true' in body:
+        if events and b'"stream":true' in body.replace(b" ", b""):
             return await relay_events(body)
         # The body's bytes as they came, the answer's bytes (JSON or events) as they come.
         upstream = await client.send(
