@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping, Sequence
-from contextlib import AsyncExitStack
+from contextlib import AsyncExitStack, aclosing
 from typing import Any
 
 import anyio
@@ -99,7 +99,8 @@ class RelayedAnswer:
         self._answer = answer
         self.request_id = upstream.request_id  # the upstream's
         self._closed = False
-        self.failure: CitegateError | None = None  # why ``frames`` ended early, if it did
+        self.failure: CitegateError | None = None  # why the answer failed, if it did
+        self.stored: AnswerOut | None = None  # the stored Answer, once ``frames`` has ended
 
     async def close(self, status: str = "cancelled") -> AnswerOut | None:
         """Store what arrived with this status; None when it was closed before."""
@@ -128,57 +129,39 @@ class RelayedAnswer:
         return None  # only when the scope swallowed a cancellation meant for it
 
     async def events(self) -> AsyncGenerator[Sequence[Relayed], None]:
-        """Relay the stream: the events each upstream event makes (a list, one write); end
-        with ``answer.done`` (the stored Answer), or ``error`` and a failed answer."""
+        """Relay the stream as Citegate's events: those each upstream event makes (a list, one
+        write); end with ``answer.done`` (the stored Answer), or ``error`` and a failed
+        answer."""
         prepared, answer = self._prepared, self._answer
-        failure: CitegateError | None = None
         started = {
             "id": prepared.id,
             "conversation_id": prepared.conversation_id,
             "model": answer.model or prepared.request["model"],
             "documents": prepared.documents,
         }
-        try:
-            yield [("answer.started", started)]
-            async for frame in self._frames:
-                if frame.type == "error":
-                    raise self._upstream.error_of(frame)
-                if made := answer.feed(frame.event):  # a ping makes none
+        yield [("answer.started", started)]
+        async with aclosing(self.frames()) as frames:
+            async for _, made in frames:
+                if made:  # a ping, and what came before the answer began, make none
                     yield made
-            self._check_finished()
-        except UpstreamError as exc:
-            failure = exc
-        except Exception:
-            log.exception("streamed answer %s broke", prepared.id)
-            failure = _broken()
-        except BaseException:
-            # The client went away (cancelled) or stopped reading: keep what arrived.
-            await self.close("cancelled")
-            raise
-        try:
-            stored = await self.close("failed" if failure else "completed")
-        except Exception:
-            log.exception("streamed answer %s could not be stored", prepared.id)
-            stored, failure = None, failure or _broken()
-        if failure is not None:
-            log.warning("streamed answer %s failed: %s", prepared.id, failure.code)
-            yield [("error", problem_of(failure))]
-        elif stored is not None:
-            yield [("answer.done", stored)]
+        if self.failure is not None:
+            log.warning("streamed answer %s failed: %s", prepared.id, self.failure.code)
+            yield [("error", problem_of(self.failure))]
+        elif self.stored is not None:
+            yield [("answer.done", self.stored)]
 
     async def frames(self) -> AsyncGenerator[tuple[Frame, list[Event]], None]:
         """The upstream's events as it sent them, pings and an error event included, each
-        with the Citegate events made of it. The answer is stored when they end: completed;
-        failed after an error event, or when the stream broke (``failure`` then says why);
-        cancelled when the client went away."""
+        with the Citegate events made of it. When they end the answer is stored (``stored``):
+        completed; failed after an error event or when the stream broke, or when it could not
+        be stored (``failure`` then says why); cancelled when the client went away."""
         answer = self._answer
-        failed = False
         try:
             for frame in self._early:
                 yield frame, []
             async for frame in self._frames:
                 if frame.type == "error":
-                    failed = True
+                    self.failure = self._upstream.error_of(frame)
                     yield frame, []
                     break
                 yield frame, answer.feed(frame.event)
@@ -190,9 +173,14 @@ class RelayedAnswer:
             log.exception("streamed answer %s broke", self._prepared.id)
             self.failure = _broken()
         except BaseException:
+            # The client went away (cancelled) or stopped reading: keep what arrived.
             await self.close("cancelled")
             raise
-        await self.close("failed" if failed or self.failure else "completed")
+        try:
+            self.stored = await self.close("failed" if self.failure else "completed")
+        except Exception:
+            log.exception("streamed answer %s could not be stored", self._prepared.id)
+            self.failure = self.failure or _broken()
 
     def _check_finished(self) -> None:
         if not self._answer.finished:

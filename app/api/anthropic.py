@@ -100,10 +100,13 @@ async def create_message(request: Request, principal: AnthropicPrincipalDep) -> 
 
 async def _relayed(relayed: RelayedAnswer) -> AsyncGenerator[bytes, None]:
     """The upstream's events as it sent them, citations enriched, one write each."""
+    last = None
     async with aclosing(relayed.frames()) as frames:
         async for frame, made in frames:
             yield server_sent([(frame.name, relayed_data(frame, made))])
-    if relayed.failure is not None:
+            last = frame
+    if relayed.failure is not None and (last is None or last.type != "error"):
+        # Not an error event of the upstream's, relayed above: the stream broke.
         yield server_sent([("error", error_event_data(relayed.failure))])
 
 
