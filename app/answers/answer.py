@@ -157,6 +157,10 @@ class AnswerUsage(BaseModel):
     cache_read_input_tokens: int
 
 
+USAGE_FIELDS = tuple(AnswerUsage.model_fields)
+"""The token counts an answer keeps, as the upstream names them."""
+
+
 class UpstreamIds(BaseModel):
     message_id: str | None
     request_id: str | None
@@ -261,7 +265,7 @@ class AnswerOut(BaseModel):
             {
                 **row,
                 # Stored before retrieval was recorded: whole documents.
-                "retrieval": row["retrieval"] or WHOLE_DOCUMENTS,
+                "retrieval": row["retrieval"] or whole_documents(),
                 "upstream": {
                     "message_id": row["upstream_message_id"],
                     "request_id": row["upstream_request_id"],
@@ -270,5 +274,6 @@ class AnswerOut(BaseModel):
         )
 
 
-WHOLE_DOCUMENTS = {"mode": "documents", "passages": [], "first_new_passage": 0}
-"""The retrieval of an answer whole documents were sent for."""
+def whole_documents() -> dict[str, Any]:
+    """The retrieval of an answer whole documents were sent for (a new dict each time)."""
+    return {"mode": "documents", "passages": [], "first_new_passage": 0}

@@ -124,15 +124,15 @@ async def prepare(
         "first_new_passage": len(earlier),
     }
     return Prepared(
-        new_id("ans"),
-        body.question,
-        body.conversation_id,
-        sources,
-        request,
-        retrieval,
-        sent,
-        claimed,
-        sent_blocks(sources),
+        id=new_id("ans"),
+        question=body.question,
+        conversation_id=body.conversation_id,
+        sources=sources,
+        request=request,
+        retrieval=retrieval,
+        passages=sent,
+        claim=claimed,
+        sent=sent_blocks(sources),
     )
 
 

@@ -14,7 +14,7 @@ from typing import Any
 from sqlalchemy import delete
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.answers.answer import AnswerOut
+from app.answers.answer import USAGE_FIELDS, AnswerOut
 from app.answers.citations import build_segments
 from app.answers.context import AnswerContext
 from app.answers.request import Prepared
@@ -54,12 +54,7 @@ class Reply:
 
 def usage_of(message: Message) -> dict[str, int]:
     """An upstream message's usage as an answer stores it."""
-    return {
-        "input_tokens": message.usage.input_tokens,
-        "output_tokens": message.usage.output_tokens,
-        "cache_creation_input_tokens": message.usage.cache_creation_input_tokens or 0,
-        "cache_read_input_tokens": message.usage.cache_read_input_tokens or 0,
-    }
+    return {field: getattr(message.usage, field) or 0 for field in USAGE_FIELDS}
 
 
 async def store_answer(

@@ -10,18 +10,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from app.answers.answer import USAGE_FIELDS
 from app.answers.citations import resolve_citation
 from app.documents.index import DocumentIndex
 from app.documents.sources import PromptDocument
 from app.search.passages import Passage
 
 Event = tuple[str, dict[str, Any]]
-USAGE_FIELDS = (
-    "input_tokens",
-    "output_tokens",
-    "cache_creation_input_tokens",
-    "cache_read_input_tokens",
-)
 
 
 class AnswerStream:

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from collections.abc import AsyncGenerator, Sequence
 from contextlib import aclosing
-from typing import Annotated, Any
+from typing import Any
 
 import orjson
-from fastapi import APIRouter, Depends, Request, Response, status
+from fastapi import APIRouter, Request, Response, status
 from starlette.background import BackgroundTask
 
 from app.answers import service, store
@@ -17,6 +17,7 @@ from app.answers.relay import Relayed, RelayedAnswer
 from app.answers.schemas import STREAM_EVENT_DATA, AnswerRequest, TokenCount
 from app.api.deps import (
     AnswerId,
+    ContextDep,
     PdfPagesDep,
     PrincipalDep,
     RequestSession,
@@ -34,13 +35,6 @@ from app.api.problems import (
     problems,
 )
 
-
-async def _context(request: Request) -> AnswerContext:  # async: no worker thread
-    context: AnswerContext = request.app.state.answer_context
-    return context
-
-
-ContextDep = Annotated[AnswerContext, Depends(_context)]
 router = APIRouter(prefix="/v1/answers", tags=["answers"], responses=problems(*AUTH_PROBLEMS))
 
 _COMPONENTS = "#/components/schemas/"

@@ -21,10 +21,10 @@ from starlette.background import BackgroundTask
 from app.answers import service as answers
 from app.answers.context import AnswerContext
 from app.answers.relay import RelayedAnswer, open_relay
-from app.api.answers import ContextDep
 from app.api.batches import PollerDep
 from app.api.deps import (
     AnthropicPrincipalDep,
+    ContextDep,
     RequestSession,
     SessionDep,
     SettingsDep,

@@ -8,9 +8,9 @@ from fastapi import APIRouter, Depends, Path, Request, status
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.answers.store import answer_out
-from app.api.answers import ContextDep
 from app.api.deps import (
     DEFAULT_LIMIT,
+    ContextDep,
     CursorQuery,
     LimitQuery,
     PdfPagesDep,

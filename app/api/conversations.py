@@ -8,9 +8,9 @@ from fastapi import APIRouter, Path, Response, status
 
 from app.answers.schemas import ConversationOut, ConversationPage
 from app.answers.store import answer_out
-from app.api.answers import ContextDep
 from app.api.deps import (
     DEFAULT_LIMIT,
+    ContextDep,
     CursorQuery,
     LimitQuery,
     PdfPagesDep,

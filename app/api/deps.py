@@ -10,6 +10,7 @@ from fastapi import Depends, Path, Query, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from app.answers.context import AnswerContext
 from app.auth.keys import KeyCache, Principal, Sessions, authenticate
 from app.auth.limits import KeyLimits
 from app.db.models import DEFAULT_TENANT_ID
@@ -72,7 +73,13 @@ async def _pdf_pages(request: Request) -> PdfPages:
     return pages
 
 
+async def _answer_context(request: Request) -> AnswerContext:
+    context: AnswerContext = request.app.state.answer_context
+    return context
+
+
 SessionDep = Annotated[AsyncSession, Depends(_session)]
+ContextDep = Annotated[AnswerContext, Depends(_answer_context)]
 PdfPagesDep = Annotated[PdfPages, Depends(_pdf_pages)]
 SettingsDep = Annotated[Settings, Depends(_settings)]
 SourceCacheDep = Annotated[SourceCache, Depends(_source_cache)]

@@ -357,13 +357,14 @@ def _answer_row(
     # What createAnswer would have prepared, from what the request's row kept of it.
     sources = indexes[tuple(request.document_ids)]
     prepared = Prepared(
-        request.answer_id,
-        request.question,
-        None,
-        sources,
-        {"system": request.system, "max_tokens": request.max_tokens},
-        request.retrieval or {},
-        passages_asked(request.retrieval),
+        id=request.answer_id,
+        question=request.question,
+        conversation_id=None,
+        sources=sources,
+        # Of the request sent, what storing an answer reads; the row kept only that.
+        request={"system": request.system, "max_tokens": request.max_tokens},
+        retrieval=request.retrieval or {},
+        passages=passages_asked(request.retrieval),
         # A compatible request's blocks are its sources one for one (it sends no windows).
         sent=None if None in sources else sent_blocks([s for s in sources if s is not None]),
     )

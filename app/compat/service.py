@@ -7,7 +7,7 @@ from collections.abc import Mapping
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.answers.answer import WHOLE_DOCUMENTS
+from app.answers.answer import whole_documents
 from app.answers.context import AnswerContext
 from app.answers.request import Prepared
 from app.compat.messages import MessagesRequest, ground
@@ -32,12 +32,12 @@ async def prepare(
     sources = [None if file_id is None else by_id[file_id] for file_id in file_ids]
     ground(request, sources)
     return Prepared(
-        new_id("ans"),
-        request.question.replace("\x00", "\ufffd"),  # PostgreSQL text holds no NUL
-        None,
-        sources,
-        request.body,
-        WHOLE_DOCUMENTS,
+        id=new_id("ans"),
+        question=request.question.replace("\x00", "\ufffd"),  # PostgreSQL text holds no NUL
+        conversation_id=None,
+        sources=sources,
+        request=request.body,
+        retrieval=whole_documents(),
     )
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import AsyncGenerator
+from contextlib import aclosing
 from dataclasses import dataclass
 from typing import Any
 
@@ -42,17 +43,18 @@ class UpstreamStream:
         event stream, an event that is not a JSON object, or a stream that breaks off."""
         with reading(self._response, "the answer"):
             try:
-                async for sse in EventSource(self._response).aiter_sse():
-                    if not sse.data:  # an event of no data is no event (the SSE rules)
-                        continue
-                    try:
-                        # Real streams pad their JSON with spaces: a JSON parser, never matching.
-                        event = orjson.loads(sse.data)
-                    except orjson.JSONDecodeError:
-                        raise self._bad("an event that is not JSON") from None
-                    if not isinstance(event, dict):
-                        raise self._bad("an event that is not an object")
-                    yield Frame(sse.event, sse.data, event)
+                async with aclosing(EventSource(self._response).aiter_sse()) as events:
+                    async for sse in events:
+                        if not sse.data:  # an event of no data is no event (the SSE rules)
+                            continue
+                        try:
+                            # Real streams pad their JSON with spaces: parsed, never matched.
+                            event = orjson.loads(sse.data)
+                        except orjson.JSONDecodeError:
+                            raise self._bad("an event that is not JSON") from None
+                        if not isinstance(event, dict):
+                            raise self._bad("an event that is not an object")
+                        yield Frame(sse.event, sse.data, event)
             except SSEError as exc:  # a TransportError to httpx: caught here first
                 raise self._bad("something that is not an event stream") from exc
 
