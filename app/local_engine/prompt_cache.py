@@ -15,7 +15,8 @@ Rules:
   ``"ttl": "1h"``), and every breakpoint past the read prefix is remembered.
 - ``input_tokens`` is what comes after the last breakpoint (everything when there is none).
 
-The entries live in one bounded LRU per engine. ``account`` holds a lock for its whole (short,
+The entries live in one bounded LRU per engine (cachetools' ``TLRUCache``: each entry expires
+at its own time). ``account`` holds a lock for its whole (short,
 synchronous) critical section, so concurrent requests, from the event loop or worker threads,
 see each other's writes in some order. The clock is injectable for tests.
 """
@@ -26,9 +27,10 @@ import hashlib
 import itertools
 import threading
 import time
-from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+
+from cachetools import TLRUCache
 
 from app.local_engine.tokens import PromptUnit
 from app.local_engine.wire import CacheCreation, Usage
@@ -64,12 +66,6 @@ class CacheAccount:
         )
 
 
-@dataclass(slots=True)
-class _Entry:
-    expires_at: float
-    lifetime: float
-
-
 def prefix_digests(seed: bytes, units: Sequence[PromptUnit]) -> list[bytes]:
     """The digest of every prefix: ``digests[i]`` identifies units ``0..i``."""
     digests: list[bytes] = []
@@ -96,13 +92,15 @@ class PromptCache:
         if max_entries < 1:
             raise ValueError("max_entries must be at least 1")
         self._clock = clock
-        self._max_entries = max_entries
         self.min_cacheable_tokens = min_cacheable_tokens
-        self._entries: OrderedDict[bytes, _Entry] = OrderedDict()
+        # A prefix's digest -> its lifetime in seconds, which each write and hit starts again.
+        self._entries: TLRUCache[bytes, float] = TLRUCache(max_entries, _expiry, timer=clock)
         self._lock = threading.Lock()
 
     def __len__(self) -> int:
-        return len(self._entries)
+        with self._lock:
+            self._entries.expire()
+            return len(self._entries)
 
     def account(self, seed: bytes, units: Sequence[PromptUnit]) -> CacheAccount:
         """Split a request's input tokens into read, written and fresh; remember what it wrote."""
@@ -117,8 +115,7 @@ class PromptCache:
             return CacheAccount(input_tokens=total)
         digests = prefix_digests(seed, units)
         with self._lock:
-            now = self._clock()
-            read_end = self._longest_live_prefix(digests, [place for place, _ in breakpoints], now)
+            read_end = self._longest_live_prefix(digests, [place for place, _ in breakpoints])
             written = {"5m": 0, "1h": 0}
             previous = read_end
             for place, control in breakpoints:
@@ -126,7 +123,7 @@ class PromptCache:
                     continue
                 written[control.label] += totals[place] - (totals[previous] if previous >= 0 else 0)
                 previous = place
-                self._remember(digests[place], now, control.seconds)
+                self._entries[digests[place]] = control.seconds
         return CacheAccount(
             input_tokens=total - totals[breakpoints[-1][0]],
             cache_creation_input_tokens=written["5m"] + written["1h"],
@@ -135,23 +132,16 @@ class PromptCache:
             ephemeral_1h_input_tokens=written["1h"],
         )
 
-    def _longest_live_prefix(self, digests: list[bytes], breakpoints: list[int], now: float) -> int:
+    def _longest_live_prefix(self, digests: list[bytes], breakpoints: list[int]) -> int:
         # Scanning from the last breakpoint down, the first live entry is the longest prefix.
         for place in reversed(breakpoints):
             for candidate in range(place, max(place - LOOKBACK_BLOCKS, 0) - 1, -1):
-                entry = self._entries.get(digests[candidate])
-                if entry is None:
-                    continue
-                if entry.expires_at <= now:
-                    del self._entries[digests[candidate]]
-                    continue
-                entry.expires_at = now + entry.lifetime  # a hit refreshes the entry
-                self._entries.move_to_end(digests[candidate])
-                return candidate
+                lifetime = self._entries.get(digests[candidate])  # None once expired
+                if lifetime is not None:
+                    self._entries[digests[candidate]] = lifetime  # a hit refreshes the entry
+                    return candidate
         return -1
 
-    def _remember(self, digest: bytes, now: float, lifetime: float) -> None:
-        self._entries[digest] = _Entry(now + lifetime, lifetime)
-        self._entries.move_to_end(digest)
-        while len(self._entries) > self._max_entries:
-            self._entries.popitem(last=False)
+
+def _expiry(_: bytes, lifetime: float, now: float) -> float:
+    return now + lifetime
