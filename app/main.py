@@ -24,6 +24,7 @@ from app.api import (
 )
 from app.api.body_checks import BodyChecks
 from app.api.deps import require_principal
+from app.api.docs import add_docs
 from app.api.documents import documents_router
 from app.auth import keys
 from app.auth.limits import KeyLimits
@@ -113,6 +114,8 @@ def create_app(settings: Settings | None = None, *, own_process: bool = False) -
         version="1.0.0",
         summary="Cited answers over your documents, through Claude's Messages API.",
         lifespan=lifespan,
+        docs_url=None,  # add_docs serves /docs and /redoc with no CDN
+        redoc_url=None,
     )
     metrics = Metrics()
     app.state.settings = settings
@@ -139,6 +142,7 @@ def create_app(settings: Settings | None = None, *, own_process: bool = False) -
     app.include_router(seeing.api, dependencies=authenticated)
     app.include_router(seeing.public)
     app.include_router(batches.router, dependencies=authenticated)
+    add_docs(app)
     return app
 
 
