@@ -134,6 +134,7 @@ def test_html_visible_text_only_in_its_declared_charset(client: httpx.Client) ->
     ).encode("cp1252")
     document = stored(client, "cafe.html", data=page)
     assert (document["kind"], document["media_type"]) == ("html", "text/html; charset=windows-1252")
+    assert document["warnings"] == []
     assert_original_kept(client, document, page)
     text = assert_tiles(all_chunks(client, document["id"]), document["char_count"])
     assert text == (
@@ -143,6 +144,35 @@ def test_html_visible_text_only_in_its_declared_charset(client: httpx.Client) ->
     )
     citations = cited(client, "How much does an espresso cost in euros?", document["id"])
     assert {"paragraph": 2} in [c["span"]["locator"] for c in citations]
+
+
+LODZ = "\u0141\u00f3d\u017a costs \u20ac3 by train."  # UTF-8's "Ł" holds 0x81, not cp1252
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        b"\xef\xbb\xbf<!DOCTYPE html><meta charset='windows-1252'><p>" + LODZ.encode() + b"</p>",
+        b"<!DOCTYPE html><meta charset='windows-1252'><p>" + LODZ.encode() + b"</p>",
+        b'<!DOCTYPE html><meta http-equiv="Content-Type" content="text/html; charset=iso-8859-1">'
+        b"<p>" + LODZ.encode() + b"</p>",
+        f"<!DOCTYPE html><meta charset='utf-8'><p>{LODZ}</p>".encode("utf-16"),
+    ],
+    ids=["utf-8 BOM", "utf-8", "utf-8, http-equiv", "utf-16 BOM, meta utf-8"],
+)
+def test_html_bytes_that_prove_their_encoding_win_over_the_meta_with_a_warning(
+    client: httpx.Client, data: bytes
+) -> None:
+    document = stored(client, "lodz.html", data)
+    assert document["kind"] == "html"
+    assert document["warnings"] == ["html_meta_charset_ignored"]
+    assert_original_kept(client, document, data)
+    assert all_chunks(client, document["id"])[0]["text"] == LODZ + "\n\n"
+    again = upload(client, "lodz.html", data)
+    assert (again.status_code, again.json()["warnings"]) == (200, ["html_meta_charset_ignored"])
+    assert client.get(f"/v1/documents/{document['id']}").json()["warnings"] == [
+        "html_meta_charset_ignored"
+    ]
 
 
 def test_xhtml_is_read_from_its_bytes_whatever_its_name(client: httpx.Client) -> None:

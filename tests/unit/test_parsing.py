@@ -14,6 +14,8 @@ from anyio import to_thread
 
 from app.documents import pdf, service
 from app.documents.kinds import CONTENT, PDF, TEXT, identify
+from app.documents.kinds.base import ParseOptions
+from app.documents.kinds.html import HtmlKind
 from app.documents.pdf import PdfError, extract_pdf_text
 from app.errors import InvalidDocument, UnsupportedMediaType
 from tests.fixture_files import CORPUS, FIXTURES
@@ -192,3 +194,110 @@ def test_pdfs_waiting_for_pdfium_leave_the_worker_threads_free() -> None:
             assert parsed.text == "".join(alone.pages)
 
     asyncio.run(crowd())
+
+
+HTML = HtmlKind()
+
+
+def _page(meta: str, body: str) -> str:
+    return f"<!DOCTYPE html><html><head>{meta}</head><body><p>{body}</p></body></html>"
+
+
+CAFE = "Caf\u00e9 cr\u00e8me \u2013 \u20ac3."
+
+
+@pytest.mark.parametrize(
+    ("data", "text", "encoding", "warnings"),
+    [
+        # A BOM names the encoding, whatever the <meta> says.
+        (
+            b"\xef\xbb\xbf" + _page("<meta charset='windows-1252'>", CAFE).encode(),
+            CAFE,
+            "utf-8",
+            ["html_meta_charset_ignored"],
+        ),
+        (
+            _page('<meta charset="utf-8">', CAFE).encode("utf-16"),
+            CAFE,
+            "utf-16",
+            ["html_meta_charset_ignored"],
+        ),
+        (_page('<meta charset="UTF-16">', CAFE).encode("utf-16"), CAFE, "utf-16", []),
+        (b"\xef\xbb\xbf" + _page("<meta charset=utf8>", CAFE).encode(), CAFE, "utf-8", []),
+        # Valid UTF-8 under a <meta> that would read it otherwise, or not at all.
+        (
+            _page("<meta charset='iso-8859-1'>", CAFE).encode(),
+            CAFE,
+            "utf-8",
+            ["html_meta_charset_ignored"],
+        ),
+        (
+            _page(
+                '<meta http-equiv="Content-Type" content="text/html; charset=shift_jis">', CAFE
+            ).encode(),
+            CAFE,
+            "utf-8",
+            ["html_meta_charset_ignored"],
+        ),
+        (
+            _page("<meta charset='x-unheard-of'>", CAFE).encode(),
+            CAFE,
+            "utf-8",
+            ["html_meta_charset_ignored"],
+        ),
+        (
+            _page("<meta charset='utf-16'>", "Plain.").encode(),
+            "Plain.",
+            "utf-8",
+            ["html_meta_charset_ignored"],
+        ),
+        # Bytes both encodings read alike keep the page's word; bytes that are not UTF-8 are
+        # read as the page says.
+        (_page("<meta charset='windows-1252'>", "Plain.").encode(), "Plain.", "windows-1252", []),
+        (_page("<meta charset='windows-1252'>", CAFE).encode("cp1252"), CAFE, "windows-1252", []),
+        (
+            _page("<meta charset='shift_jis'>", "\u65e5\u672c\u8a9e\u3002").encode("shift_jis"),
+            "\u65e5\u672c\u8a9e\u3002",
+            "shift_jis",
+            [],
+        ),
+        (_page("", CAFE).encode(), CAFE, "utf-8", []),
+    ],
+    ids=[
+        "utf-8 BOM, meta windows-1252",
+        "utf-16 BOM, meta utf-8",
+        "utf-16 BOM, meta UTF-16",
+        "utf-8 BOM, meta utf8",
+        "utf-8, meta iso-8859-1",
+        "utf-8, http-equiv shift_jis",
+        "utf-8, meta unknown",
+        "ascii, meta utf-16",
+        "ascii, meta windows-1252",
+        "windows-1252, meta windows-1252",
+        "shift_jis, meta shift_jis",
+        "utf-8, no meta",
+    ],
+)
+def test_an_html_page_is_read_in_the_encoding_its_bytes_prove(
+    data: bytes, text: str, encoding: str, warnings: list[str]
+) -> None:
+    assert isinstance(identify(data), HtmlKind)
+    parsed = HTML.parse(data)
+    assert (parsed.text, parsed.warnings) == (text + "\n\n", warnings)
+    media_type = "text/html" if encoding == "utf-8" else f"text/html; charset={encoding}"
+    assert (parsed.media_type or "text/html") == media_type
+
+
+def test_a_declared_charset_is_taken_over_the_meta_and_the_bytes() -> None:
+    data = _page("<meta charset='utf-8'>", CAFE).encode()
+    parsed = HTML.parse(data, ParseOptions(charset="windows-1252"))
+    assert parsed.text == data.decode("cp1252").split("<p>")[1].split("</p>")[0] + "\n\n"
+    assert (parsed.media_type, parsed.warnings) == ("text/html; charset=windows-1252", [])
+
+
+@pytest.mark.parametrize("meta", ["windows-1252", "x-unheard-of"])
+def test_an_html_page_in_no_encoding_is_refused(meta: str) -> None:
+    data = _page(f"<meta charset='{meta}'>", "ok").encode() + b"\x81\x8d\x8f\x90\x9d"
+    with pytest.raises(InvalidDocument) as error:
+        HTML.parse(data)
+    assert error.value.code == "text_not_utf8"
