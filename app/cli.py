@@ -120,8 +120,11 @@ def serve(
 
 
 def _prepare_workers(settings: Settings) -> str | None:
-    """Workers are separate processes: their metrics meet in a directory that /metrics reads.
+    """Workers are separate processes: their metrics meet in a directory that /metrics reads,
+    and they sign list cursors with one secret (each reads its settings from the environment,
+    where an unset secret would be a random one of its own, refusing the others' cursors).
     Returns the directory when it was made here (to remove at exit)."""
+    os.environ.setdefault("CITEGATE_CURSOR_SECRET", settings.cursor_secret.get_secret_value())
     made = None
     if not os.environ.get(MULTIPROCESS_DIR):
         made = os.environ[MULTIPROCESS_DIR] = tempfile.mkdtemp(prefix="citegate-metrics-")

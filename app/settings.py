@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import secrets
 from typing import Literal
 
 from pydantic import AliasChoices, Field, SecretStr
@@ -70,6 +71,15 @@ class Settings(BaseSettings):
         default=None, description="An API key to ensure at start-up, for automated deployments."
     )
     bootstrap_tenant: str = Field(default="default", min_length=1, max_length=200)
+    # Unset, each process makes its own: a restart ends every cursor, and replicas (or
+    # workers started apart) refuse each other's. `citegate serve --workers N` hands its own to
+    # its workers.
+    cursor_secret: SecretStr = Field(
+        default_factory=lambda: SecretStr(secrets.token_urlsafe(32)),
+        min_length=32,
+        description="The key list cursors are signed with (at least 32 characters); the same "
+        "for every replica behind one address. Unset: a random one per process.",
+    )
     recheck_seconds: float = Field(
         default=5.0,
         ge=0,

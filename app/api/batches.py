@@ -11,8 +11,8 @@ from app.answers.store import answer_out
 from app.api.deps import (
     DEFAULT_LIMIT,
     ContextDep,
-    CursorQuery,
     LimitQuery,
+    PageCursorDep,
     PdfPagesDep,
     PrincipalDep,
     SessionDep,
@@ -82,12 +82,12 @@ async def create_answer_batch(
 async def list_answer_batches(
     session: SessionDep,
     tenant_id: TenantDep,
+    cursor: PageCursorDep,
     limit: LimitQuery = DEFAULT_LIMIT,
-    cursor: CursorQuery = None,
 ) -> OrjsonResponse:
-    page = await service.list_batches(session, tenant_id, limit, cursor)
+    page = await service.list_batches(session, tenant_id, limit, cursor.value)
     return OrjsonResponse(
-        {"data": await _out(session, page.items), "next_cursor": page.next_cursor}
+        {"data": await _out(session, page.items), "next_cursor": cursor.next(page.next_cursor)}
     )
 
 
@@ -118,10 +118,10 @@ async def list_answer_batch_results(
     session: SessionDep,
     tenant_id: TenantDep,
     pages: PdfPagesDep,
+    cursor: PageCursorDep,
     limit: LimitQuery = DEFAULT_LIMIT,
-    cursor: CursorQuery = None,
 ) -> AnswerBatchResultPage:
-    page = await service.list_results(session, tenant_id, batch_id, limit, cursor)
+    page = await service.list_results(session, tenant_id, batch_id, limit, cursor.value)
     data = [
         AnswerBatchResult(
             custom_id=result.custom_id,
@@ -134,7 +134,7 @@ async def list_answer_batch_results(
         )
         for result in page.items
     ]
-    return AnswerBatchResultPage(data=data, next_cursor=page.next_cursor)
+    return AnswerBatchResultPage(data=data, next_cursor=cursor.next(page.next_cursor))
 
 
 @router.post(

@@ -6,7 +6,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Path, Response, status
 
-from app.api.deps import DEFAULT_LIMIT, CursorQuery, DocumentId, LimitQuery, SessionDep, TenantDep
+from app.api.deps import DEFAULT_LIMIT, DocumentId, LimitQuery, PageCursorDep, SessionDep, TenantDep
 from app.api.documents import document_out
 from app.api.problems import AUTH_PROBLEMS, BODY_PROBLEMS, ProblemResponse, links, problems
 from app.collections import service
@@ -72,12 +72,12 @@ async def create_collection(
 async def list_collections(
     session: SessionDep,
     tenant_id: TenantDep,
+    cursor: PageCursorDep,
     limit: LimitQuery = DEFAULT_LIMIT,
-    cursor: CursorQuery = None,
 ) -> CollectionPage:
-    page = await service.list_collections(session, tenant_id, limit, cursor)
+    page = await service.list_collections(session, tenant_id, limit, cursor.value)
     return CollectionPage(
-        data=[collection_out(c) for c in page.items], next_cursor=page.next_cursor
+        data=[collection_out(c) for c in page.items], next_cursor=cursor.next(page.next_cursor)
     )
 
 
@@ -138,11 +138,13 @@ async def list_collection_documents(
     collection_id: CollectionId,
     session: SessionDep,
     tenant_id: TenantDep,
+    cursor: PageCursorDep,
     limit: LimitQuery = DEFAULT_LIMIT,
-    cursor: CursorQuery = None,
 ) -> DocumentPage:
-    page = await service.list_documents(session, tenant_id, collection_id, limit, cursor)
-    return DocumentPage(data=[document_out(d) for d in page.items], next_cursor=page.next_cursor)
+    page = await service.list_documents(session, tenant_id, collection_id, limit, cursor.value)
+    return DocumentPage(
+        data=[document_out(d) for d in page.items], next_cursor=cursor.next(page.next_cursor)
+    )
 
 
 @router.delete(

@@ -11,8 +11,8 @@ from app.answers.store import answer_out
 from app.api.deps import (
     DEFAULT_LIMIT,
     ContextDep,
-    CursorQuery,
     LimitQuery,
+    PageCursorDep,
     PdfPagesDep,
     SessionDep,
     TenantDep,
@@ -79,14 +79,14 @@ async def create_conversation(
 async def list_conversations(
     session: SessionDep,
     tenant_id: TenantDep,
+    cursor: PageCursorDep,
     limit: LimitQuery = DEFAULT_LIMIT,
-    cursor: CursorQuery = None,
 ) -> ConversationPage:
-    page = await service.list_conversations(session, tenant_id, limit, cursor)
+    page = await service.list_conversations(session, tenant_id, limit, cursor.value)
     described = await service.describe_documents(session, tenant_id, page.items)
     return ConversationPage(
         data=[conversation_out(c, d) for c, d in zip(page.items, described, strict=True)],
-        next_cursor=page.next_cursor,
+        next_cursor=cursor.next(page.next_cursor),
     )
 
 

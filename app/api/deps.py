@@ -18,7 +18,7 @@ from app.documents.pages import PdfPages
 from app.documents.sources import SourceCache
 from app.errors import Unauthorized
 from app.ids import NO_NUL
-from app.pagination import DEFAULT_LIMIT, MAX_LIMIT
+from app.pagination import DEFAULT_LIMIT, MAX_LIMIT, PageCursor
 from app.settings import Settings
 
 _bearer = HTTPBearer(
@@ -142,6 +142,21 @@ LimitQuery = Annotated[int, Query(ge=1, le=MAX_LIMIT, description=f"Page size, 1
 CursorQuery = Annotated[
     str | None, Query(description="`next_cursor` of the previous page.", max_length=200)
 ]
+
+
+async def _page_cursor(
+    request: Request, tenant_id: TenantDep, cursor: CursorQuery = None
+) -> PageCursor:
+    """The request's ``cursor``, checked against the server's secret for this list: the
+    tenant's, at this route, with these path parameters (a document's chunks, not another's)."""
+    settings: Settings = request.app.state.settings
+    route = getattr(request.scope.get("route"), "path", request.url.path)
+    parameters = (f"{name}={value}" for name, value in sorted(request.path_params.items()))
+    scope = "\x00".join((tenant_id, route, *parameters))
+    return PageCursor(settings.cursor_secret.get_secret_value().encode(), scope, cursor)
+
+
+PageCursorDep = Annotated[PageCursor, Depends(_page_cursor)]
 __all__ = [
     "DEFAULT_LIMIT",
     "AnswerId",
@@ -149,6 +164,7 @@ __all__ = [
     "CursorQuery",
     "DocumentId",
     "LimitQuery",
+    "PageCursorDep",
     "PdfPagesDep",
     "PrincipalDep",
     "RequestSession",

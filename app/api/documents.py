@@ -13,9 +13,9 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from app.api.body_checks import body_limits
 from app.api.deps import (
     DEFAULT_LIMIT,
-    CursorQuery,
     DocumentId,
     LimitQuery,
+    PageCursorDep,
     SessionDep,
     SettingsDep,
     SourceCacheDep,
@@ -187,11 +187,13 @@ async def create_document(
 async def list_documents(
     session: SessionDep,
     tenant_id: TenantDep,
+    cursor: PageCursorDep,
     limit: LimitQuery = DEFAULT_LIMIT,
-    cursor: CursorQuery = None,
 ) -> DocumentPage:
-    page = await service.list_documents(session, tenant_id, limit, cursor)
-    return DocumentPage(data=[document_out(d) for d in page.items], next_cursor=page.next_cursor)
+    page = await service.list_documents(session, tenant_id, limit, cursor.value)
+    return DocumentPage(
+        data=[document_out(d) for d in page.items], next_cursor=cursor.next(page.next_cursor)
+    )
 
 
 @router.get(
@@ -257,11 +259,13 @@ async def list_document_chunks(
     document_id: DocumentId,
     session: SessionDep,
     tenant_id: TenantDep,
+    cursor: PageCursorDep,
     limit: LimitQuery = DEFAULT_LIMIT,
-    cursor: CursorQuery = None,
 ) -> ChunkPage:
-    page = await service.list_chunks(session, tenant_id, document_id, limit, cursor)
-    return ChunkPage(data=[chunk_out(c) for c in page.items], next_cursor=page.next_cursor)
+    page = await service.list_chunks(session, tenant_id, document_id, limit, cursor.value)
+    return ChunkPage(
+        data=[chunk_out(c) for c in page.items], next_cursor=cursor.next(page.next_cursor)
+    )
 
 
 @router.delete(

@@ -112,7 +112,7 @@ def test_serve_with_workers_adds_up_their_metrics(
     fresh_sqlite: dict[str, str], tmp_path: Path
 ) -> None:
     """Two worker processes share the port; /metrics, whichever worker answers it, counts the
-    requests both served."""
+    requests both served, and a list cursor made by either is good at the other."""
     assert CITEGATE
     port = free_port()
     base = f"http://127.0.0.1:{port}"
@@ -160,6 +160,20 @@ def test_serve_with_workers_adds_up_their_metrics(
             found = pattern.search(scraped)
             assert found is not None, scraped[:2000]
             assert float(found.group(1)) == sent
+        # Both workers sign cursors with one secret (none is set): a cursor that one worker
+        # made, the other takes.
+        for n in range(2):
+            created = httpx.post(
+                f"{base}/v1/documents", json={"source": {"type": "text", "data": f"Doc {n}."}}
+            )
+            assert created.status_code == 201, created.text
+        cursor = httpx.get(f"{base}/v1/documents", params={"limit": 1}).json()["next_cursor"]
+        with ThreadPoolExecutor(8) as pool:
+            pages = pool.map(
+                lambda _: httpx.get(f"{base}/v1/documents", params={"cursor": cursor}, timeout=30),
+                range(32),
+            )
+            assert {page.status_code for page in pages} == {200}
     finally:
         process.terminate()
         output = process.communicate(timeout=30)[0].decode()
