@@ -36,7 +36,12 @@ from tests.e2e.test_shutdown import CitegateProcess
 ROOT = Path(__file__).resolve().parents[2]
 DOCKERFILE = ROOT / "Dockerfile"
 COMPOSE = ROOT / "docker-compose.yml"
-SECRET_VARIABLES = ("ANTHROPIC_API_KEY", "CITEGATE_BOOTSTRAP_API_KEY", "POSTGRES_PASSWORD")
+SECRET_VARIABLES = (
+    "ANTHROPIC_API_KEY",
+    "CITEGATE_BOOTSTRAP_API_KEY",
+    "CITEGATE_CURSOR_SECRET",
+    "POSTGRES_PASSWORD",
+)
 BIN = Path(sys.executable).parent
 
 
@@ -245,6 +250,7 @@ def compose_config(tmp_path: Path, **variables: str) -> subprocess.CompletedProc
 REQUIRED = {
     "POSTGRES_PASSWORD": "pw-from-the-environment",
     "CITEGATE_BOOTSTRAP_API_KEY": "cg_key_from_the_environment_0123456789abcdef",
+    "CITEGATE_CURSOR_SECRET": "cursor-secret-from-the-environment-0123456789",
 }
 
 
@@ -283,6 +289,8 @@ def test_compose_validates_with_the_api_in_two_replicas_behind_a_migration(
     env = environment(api)
     assert env["CITEGATE_AUTH"] == "required"
     assert env["CITEGATE_BOOTSTRAP_API_KEY"] == REQUIRED["CITEGATE_BOOTSTRAP_API_KEY"]
+    # One cursor secret for every replica: a cursor one made, another takes.
+    assert env["CITEGATE_CURSOR_SECRET"] == REQUIRED["CITEGATE_CURSOR_SECRET"]
     assert env["ANTHROPIC_API_KEY"] == "sk-ant-from-the-environment"
     database_url = env["CITEGATE_DATABASE_URL"] or ""
     assert database_url.startswith("postgresql+asyncpg://")
@@ -326,7 +334,9 @@ def test_compose_validates_with_the_api_in_two_replicas_behind_a_migration(
     assert "redis-cli" in " ".join(services["redis"]["healthcheck"]["test"])
 
 
-def test_compose_requires_the_bootstrap_key_and_the_database_password(tmp_path: Path) -> None:
+def test_compose_requires_the_bootstrap_key_the_database_password_and_the_cursor_secret(
+    tmp_path: Path,
+) -> None:
     for missing in REQUIRED:
         variables = {k: v for k, v in REQUIRED.items() if k != missing}
         done = compose_config(tmp_path, **variables)
