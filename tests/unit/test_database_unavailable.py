@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import sqlite3
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -13,6 +14,7 @@ from fastapi import FastAPI
 from fastapi.testclient import TestClient
 from sqlalchemy import exc
 
+from app.api.deps import RequestSession
 from app.compat.errors import PREFIX, messages_error, render_messages_error
 from app.db.unavailable import (
     FAILURES,
@@ -186,3 +188,34 @@ def test_the_handler_answers_503_for_the_database_and_500_for_a_bug() -> None:
         bug = client.get("/v1/constraint")
         assert (bug.status_code, bug.json()["code"]) == (500, "internal_error")
         assert "duplicate key" not in bug.text
+
+
+class ClosingSession:
+    """A session in a transaction whose close fails as this says."""
+
+    def __init__(self, failure: Exception) -> None:
+        self.failure = failure
+
+    def in_transaction(self) -> bool:
+        return True
+
+    async def close(self) -> None:
+        raise self.failure
+
+
+def request_of(session: ClosingSession) -> Any:
+    state = SimpleNamespace(sessions=lambda: session)
+    return SimpleNamespace(app=SimpleNamespace(state=state))
+
+
+async def test_a_session_whose_connection_the_database_dropped_closes_quietly() -> None:
+    """A route's session closes once its response is sent (a dependency's end): the database
+    gone by then has taken the transaction with it, and an error would only cut the client's
+    connection. Any other failure to close is still raised."""
+    dropped = ClosingSession(wrapped(DriverError("closed", "08003"), invalidated=True))
+    async with RequestSession(request_of(dropped)):
+        pass
+    bug = ClosingSession(exc.InvalidRequestError("not this"))
+    with pytest.raises(exc.InvalidRequestError):
+        async with RequestSession(request_of(bug)):
+            pass
