@@ -17,8 +17,9 @@ from sqlalchemy.exc import DBAPIError, IntegrityError
 from sqlalchemy.ext.asyncio import AsyncEngine
 from sqlalchemy.pool import QueuePool
 
-from app.db.engine import RowInserter, create_engine
-from app.db.models import Answer
+from app.db.blobs import insert_blob
+from app.db.engine import RowInserter, create_engine, create_session_factory
+from app.db.models import DEFAULT_TENANT_ID, Answer, Document
 from app.db.unavailable import DatabaseUnreachable, unreachable
 from tests.conftest import free_port
 from tests.integration.test_row_inserter import answer_row
@@ -103,6 +104,30 @@ async def test_every_way_of_meeting_a_cut_is_unreachable_and_the_engine_recovers
         await connection.execute(delete(Answer).where(Answer.id == "ans_after_the_cut"))
 
 
+async def test_a_copy_cut_off_is_unreachable_and_stores_nothing(
+    proxied: tuple[TcpProxy, AsyncEngine],
+) -> None:
+    """A document's bytes go by a COPY on asyncpg's own connection, outside SQLAlchemy: a
+    connection lost under it is told as one lost under SQLAlchemy is, and the transaction,
+    document row included, is gone with the connection."""
+    proxy, engine = proxied
+    sessions = create_session_factory(engine)
+    document_id = "doc_copy_cut_off"
+    session = sessions()
+    session.add(_document(document_id))
+    await session.flush()
+    proxy.cut()
+    with pytest.raises(DatabaseUnreachable):
+        await insert_blob(session, document_id, DEFAULT_TENANT_ID, b"%PDF" * 1_000_000)
+    try:
+        await session.close()
+    except Exception as error:  # rolling back a transaction whose connection is gone
+        assert unreachable(error), error
+    proxy.restore()
+    async with sessions() as session:
+        assert await session.get(Document, document_id) is None
+
+
 async def test_no_free_connection_in_time_is_unreachable(database_url: str) -> None:
     if not database_url.startswith("postgresql"):
         pytest.skip("the pool's size and timeout are PostgreSQL's: SQLite has one connection")
@@ -135,3 +160,23 @@ async def engine_of_test_database(database_url: str) -> AsyncIterator[AsyncEngin
     engine = create_engine(database_url)
     yield engine
     await engine.dispose()
+
+
+def _document(document_id: str) -> Document:
+    return Document(
+        id=document_id,
+        tenant_id=DEFAULT_TENANT_ID,
+        kind="pdf",
+        media_type="application/pdf",
+        title=None,
+        context=None,
+        user_metadata={},
+        filename=None,
+        sha256="0" * 64,
+        size_bytes=4_000_000,
+        page_count=1,
+        char_count=0,
+        chunk_count=0,
+        citable=False,
+        warnings=[],
+    )
