@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import json
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -314,3 +315,41 @@ def test_a_cut_under_load_answers_503_and_loses_nothing_acknowledged(
         for answer_id, text in answers.items():
             answer = http.get(f"/v1/answers/{answer_id}")
             assert answer.status_code == 200 and answer.json()["text"] == text
+
+
+def test_a_stream_that_cannot_store_its_answer_ends_with_database_unavailable(
+    client: httpx.Client, settings: Settings, database_url: str, tmp_path: Path
+) -> None:
+    """With the key and the documents trusted from memory (as by default, for a few seconds),
+    a streamed answer opens without the database, and only storing it needs the database: the
+    stream then ends with an ``error`` event of ``database_unavailable``, and the answer,
+    never acknowledged, is not stored."""
+    trusting = settings.model_copy(update={"recheck_seconds": 60})
+    with (
+        cut_off(trusting, database_url, tmp_path) as cuttable,
+        httpx.Client(base_url=cuttable.served.base_url, timeout=60) as http,
+    ):
+        doc = http.post("/v1/documents", json={"source": {"type": "text", "data": TEXT}})
+        ask = {"question": QUESTION, "document_ids": [doc.json()["id"]], "stream": True}
+        assert "event: answer.done" in http.post("/v1/answers", json=ask).text
+        cuttable.cut()
+        response = http.post("/v1/answers", json=ask)
+        assert response.status_code == 200
+        events = _events(response.text)
+        assert events[0][0] == "answer.started"
+        name, data = events[-1]
+        assert name == "error" and data["code"] == "database_unavailable", events[-1]
+        cuttable.restore()
+        assert http.get(f"/v1/answers/{events[0][1]['id']}").status_code == 404
+        assert "event: answer.done" in http.post("/v1/answers", json=ask).text
+
+
+def _events(text: str) -> list[tuple[str, dict[str, Any]]]:
+    events = []
+    for block in text.replace("\r\n", "\n").split("\n\n"):
+        fields = dict(
+            line.split(": ", 1) for line in block.split("\n") if line and not line.startswith(":")
+        )
+        if "event" in fields:
+            events.append((fields["event"], json.loads(fields["data"])))
+    return events
