@@ -22,6 +22,7 @@ import itertools
 import json
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,6 +30,7 @@ from typing import Any
 
 import httpx
 import pytest
+from pydantic import SecretStr
 from sqlalchemy.engine import make_url
 from starlette.types import ASGIApp, Receive, Scope, Send
 
@@ -36,6 +38,7 @@ from app.db.migrations import upgrade_to_head
 from app.main import create_app
 from app.settings import Settings
 from tests.conftest import Served, fresh_database
+from tests.fake_upstream import GRASS, GRASS_ANSWER, FakeUpstream, Reply, message
 from tests.tcp_proxy import TcpProxy
 
 TEXT = "The grass is green. The sky is blue. Clouds are white."
@@ -353,3 +356,40 @@ def _events(text: str) -> list[tuple[str, dict[str, Any]]]:
         if "event" in fields:
             events.append((fields["event"], json.loads(fields["data"])))
     return events
+
+
+def test_a_follow_up_ended_while_the_database_was_away_frees_its_conversation(
+    client: httpx.Client, settings: Settings, fake: FakeUpstream, database_url: str, tmp_path: Path
+) -> None:
+    """A follow-up holds its conversation while the upstream answers; the database goes away
+    meanwhile, so neither the answer nor the conversation's release can be written (503).
+    Once the database is back the conversation is freed by itself, long before its claim
+    would expire: the next follow-up is answered, not refused as busy."""
+    upstream = {
+        "anthropic_api_key": SecretStr("sk-test"),
+        "anthropic_base_url": fake.base_url,
+    }
+    with (
+        cut_off(settings.model_copy(update=upstream), database_url, tmp_path) as cuttable,
+        httpx.Client(base_url=cuttable.served.base_url, timeout=60) as http,
+    ):
+        doc = http.post("/v1/documents", json={"source": {"type": "text", "data": GRASS}})
+        conversation = http.post("/v1/conversations", json={"document_ids": [doc.json()["id"]]})
+        follow_up = {"question": QUESTION, "conversation_id": conversation.json()["id"]}
+        fake.reset(Reply(200, message(GRASS_ANSWER)))
+        assert http.post("/v1/answers", json=follow_up).status_code == 200
+
+        fake.reset(Reply(200, message(GRASS_ANSWER), delay=1.5), Reply(200, message(GRASS_ANSWER)))
+        with ThreadPoolExecutor(1) as pool:
+            asked = pool.submit(http.post, "/v1/answers", json=follow_up)
+            time.sleep(0.5)  # claimed, and waiting for the upstream
+            cuttable.cut()
+            assert_unavailable(asked.result())
+        cuttable.restore()
+        deadline = time.monotonic() + 10
+        while (answered := http.post("/v1/answers", json=follow_up)).status_code == 409:
+            assert time.monotonic() < deadline, "the conversation stayed busy"
+            time.sleep(0.2)
+        assert answered.status_code == 200, answered.text
+        turns = http.get(f"/v1/conversations/{conversation.json()['id']}").json()["answers"]
+        assert len(turns) == 2  # the first follow-up and the last; none of the cut
