@@ -92,6 +92,11 @@ def cut_off(settings: Settings, database_url: str, folder: Path) -> Iterator[Cut
 
     def cut() -> None:
         data.rename(away)
+        # The connection at rest first: one in use when its pool is dropped would be left open.
+        pool = app.state.engine.sync_engine.pool
+        deadline = time.monotonic() + 10
+        while pool.checkedout() and time.monotonic() < deadline:
+            time.sleep(0.01)
         assert looped.loop is not None
         dropped = asyncio.run_coroutine_threadsafe(app.state.engine.dispose(), looped.loop)
         dropped.result(timeout=30)
