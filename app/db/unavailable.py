@@ -7,8 +7,8 @@ The failures that say so:
 
 - connecting failed: refused, reset, timed out, no route to the host, or a server that turns
   connections away while it starts, stops or has too many. asyncpg raises a refused connection
-  as Python's ``OSError``, which could as well be a bug's, so the engine raises what comes out
-  of connecting as ``DatabaseUnreachable`` (``connecting``);
+  as Python's ``OSError``, which could as well be a bug's, so the engine connects through
+  ``driver_calls``, and these come out of connecting as ``DatabaseUnreachable``;
 - a connection broke while in use: SQLAlchemy says so (``connection_invalidated``), or the
   server's error is of the connection class (SQLSTATE ``08…``) or says it is shutting down; a
   call made on the driver's connection outside SQLAlchemy (a COPY) is watched the same way
