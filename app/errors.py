@@ -15,17 +15,20 @@ the OpenAPI problem declarations are built from it (``app.api.problems``).
     │                                  broken multipart form
     ├── PayloadTooLarge           413: the body or document exceeds the size limit
     ├── UnsupportedMediaType      415: a document of no supported format
-    └── UpstreamError             502, 503, 504, …: see app.upstream.errors
+    ├── UpstreamError             502, 503, 504, …: see app.upstream.errors
+    └── DatabaseUnavailable       503: the database cannot be reached; see app.db.unavailable
 
-Services raise these; they never import FastAPI. Anything else that escapes a route is logged
-and answered with a bare 500 ``internal_error`` that carries no detail.
+Services raise these; they never import FastAPI. An exception of a lower layer that the app
+translates (``install_error_handlers``: the database's failures to reach it) is answered as
+its translation; anything else that escapes a route is logged and answered with a bare 500
+``internal_error`` that carries no detail.
 """
 
 from __future__ import annotations
 
 import logging
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from enum import StrEnum
 from typing import Any, ClassVar
 
@@ -254,6 +257,13 @@ class ErrorCode(StrEnum):
         502,
         "the stream from the Messages API broke off in the middle of the answer",
     )
+    # The database
+    DATABASE_UNAVAILABLE = (
+        "database_unavailable",
+        503,
+        "the database cannot be reached (connections refused or dropped, none free in time, "
+        "a server starting or stopping); with `Retry-After`",
+    )
     # Ours
     INTERNAL_ERROR = "internal_error", 500, "a failure of Citegate itself (logged; no detail)"
 
@@ -474,9 +484,19 @@ def _as_citegate_error(exc: Exception) -> CitegateError:
     return _unexpected_error(exc)
 
 
-def install_error_handlers(app: FastAPI, rendering: ErrorRendering | None = None) -> None:
+# What makes an exception of a lower layer one of Citegate's errors; None when it is not one.
+Translation = Callable[[Exception], CitegateError | None]
+
+
+def install_error_handlers(
+    app: FastAPI,
+    rendering: ErrorRendering | None = None,
+    translated: Mapping[type[Exception], Translation] | None = None,
+) -> None:
     """Answer every error the app can raise: problem+json, or as ``rendering`` says for its
-    path."""
+    path. ``translated``: exceptions of the layers below that can be a client's to know (the
+    database cannot be reached), each with its translation; one it leaves untranslated goes on
+    as any unexpected error, a 500."""
     chosen = rendering or ErrorRendering()
 
     async def handle(request: Request, exc: Exception) -> Response:
@@ -484,6 +504,18 @@ def install_error_handlers(app: FastAPI, rendering: ErrorRendering | None = None
 
     for raised in (CitegateError, StarletteHTTPException, RequestValidationError, Exception):
         app.add_exception_handler(raised, handle)
+
+    def handler(translate: Translation) -> Callable[[Request, Exception], Awaitable[Response]]:
+        async def handle_translated(request: Request, exc: Exception) -> Response:
+            error = translate(exc)
+            if error is None:
+                raise exc  # on to the handler of Exception, as if this one were not there
+            return chosen.response(request.url.path, error)
+
+        return handle_translated
+
+    for raised, translate in (translated or {}).items():
+        app.add_exception_handler(raised, handler(translate))
 
 
 README_HEADER = "| code | status | when |\n|---|---|---|\n"

@@ -32,6 +32,7 @@ from app.batches.poller import BatchPoller
 from app.compat import errors as compat_errors
 from app.db.engine import RowInserter, create_engine, create_session_factory
 from app.db.models import Answer
+from app.db.unavailable import FAILURES, database_unavailable
 from app.documents.pages import PdfPages
 from app.documents.sources import SourceCache
 from app.errors import ErrorRendering, install_error_handlers
@@ -125,7 +126,7 @@ def create_app(settings: Settings | None = None, *, own_process: bool = False) -
     app.state.pdf_pages = PdfPages()
     app.state.source_cache = SourceCache(settings.source_cache_chars, settings.recheck_seconds)
     rendering = ErrorRendering({compat_errors.PREFIX: compat_errors.render_messages_error})
-    install_error_handlers(app, rendering)
+    install_error_handlers(app, rendering, dict.fromkeys(FAILURES, database_unavailable))
     app.add_middleware(BodyChecks, settings=settings, rendering=rendering)
     app.add_middleware(RequestObserver, metrics=metrics)
     authenticated = [Depends(require_principal)]

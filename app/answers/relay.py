@@ -16,6 +16,7 @@ from app.answers.request import Prepared, release
 from app.answers.store import Reply, store_answer
 from app.answers.streaming import AnswerStream, Event
 from app.auth.keys import Principal
+from app.db.unavailable import database_unavailable
 from app.errors import CitegateError, ErrorCode, problem_of
 from app.upstream.errors import UpstreamError
 from app.upstream.stream import Frame, UpstreamStream
@@ -178,9 +179,11 @@ class RelayedAnswer:
             raise
         try:
             self.stored = await self.close("failed" if self.failure else "completed")
-        except Exception:
-            log.exception("streamed answer %s could not be stored", self._prepared.id)
-            self.failure = self.failure or _broken()
+        except Exception as exc:
+            unavailable = database_unavailable(exc)
+            if unavailable is None:
+                log.exception("streamed answer %s could not be stored", self._prepared.id)
+            self.failure = self.failure or unavailable or _broken()
 
     def _check_finished(self) -> None:
         if not self._answer.finished:

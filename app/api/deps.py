@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterator
 from typing import Annotated
 
@@ -14,12 +15,15 @@ from app.answers.context import AnswerContext
 from app.auth.keys import KeyCache, Principal, Sessions, authenticate
 from app.auth.limits import KeyLimits
 from app.db.models import DEFAULT_TENANT_ID
+from app.db.unavailable import unreachable
 from app.documents.pages import PdfPages
 from app.documents.sources import SourceCache
 from app.errors import Unauthorized
 from app.ids import NO_NUL
 from app.pagination import DEFAULT_LIMIT, MAX_LIMIT, PageCursor
 from app.settings import Settings
+
+log = logging.getLogger(__name__)
 
 _bearer = HTTPBearer(
     auto_error=False,
@@ -48,7 +52,16 @@ class RequestSession:
     async def __aexit__(self, *_: object) -> None:
         if self.session.in_transaction():
             with anyio.CancelScope(shield=True):  # as FastAPI shields a dependency's exit
-                await self.session.close()
+                try:
+                    await self.session.close()
+                except Exception as error:
+                    # The database dropped the connection, and took the transaction with it:
+                    # nothing is left to close (SQLAlchemy has discarded the connection). A
+                    # dependency's session closes after its response is sent, too late for
+                    # an error, which would only cut the client's connection.
+                    if not unreachable(error):
+                        raise
+                    log.warning("the database dropped a connection as its session closed")
 
 
 async def _session(request: Request) -> AsyncIterator[AsyncSession]:

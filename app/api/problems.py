@@ -198,11 +198,11 @@ _DECLARATIONS: dict[int, tuple[str, dict[str, Any], dict[str, Any]]] = {
         {},
     ),
     503: (
-        "The upstream API is rate limiting or overloaded; retry after `retry_after` seconds.",
+        "The database cannot be reached, or the upstream API is rate limiting or overloaded; "
+        "retry after `retry_after` seconds.",
         problem_body(
-            ErrorCode.UPSTREAM_OVERLOADED,
-            "The upstream API is overloaded; retry later.",
-            upstream_request_id="req_011CV7x8y9z",
+            ErrorCode.DATABASE_UNAVAILABLE,
+            "The database cannot be reached; retry after a moment.",
             retry_after=1,
         ),
         _RETRY_AFTER,
@@ -218,8 +218,9 @@ _DECLARATIONS: dict[int, tuple[str, dict[str, Any], dict[str, Any]]] = {
     ),
 }
 
-# What the auth dependency of every /v1 route can answer.
-AUTH_PROBLEMS = (401, 429)
+# What the auth dependency of every /v1 route can answer; it reads keys from the database,
+# as every /v1 route does (503 database_unavailable when it cannot be reached).
+AUTH_PROBLEMS = (401, 429, 503)
 # What a route with a request body can answer before it reads the body's fields.
 BODY_PROBLEMS = (400, 422)
 # What a call to the upstream can add.

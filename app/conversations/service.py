@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import logging
 from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
@@ -13,10 +15,13 @@ from app.collections.service import collection_document_ids
 from app.conversations.schemas import ConversationRequest
 from app.db.models import Answer, Conversation, utcnow
 from app.db.tenancy import get_owned, list_newest, titles_of
+from app.db.unavailable import unreachable
 from app.documents.sources import RequestLimits, SourceCache, describe_sources, load_sources
 from app.errors import Conflict, ErrorCode
 from app.ids import new_id
 from app.pagination import Page
+
+log = logging.getLogger(__name__)
 
 
 async def create_conversation(
@@ -121,7 +126,43 @@ async def claim(session: AsyncSession, conversation: Conversation, hold: timedel
 async def release(
     sessions: async_sessionmaker[AsyncSession], conversation_id: str, claimed: datetime
 ) -> None:
-    """Free the conversation, if the claim is still the one taken."""
+    """Free the conversation, if the claim is still the one taken. While the database cannot
+    be reached it is freed in the background once it can be: a follow-up that ended while the
+    database was away must not keep its conversation busy until the claim expires."""
+    try:
+        await _release(sessions, conversation_id, claimed)
+    except Exception as error:
+        if not unreachable(error):
+            raise
+        task = asyncio.create_task(_release_once_reachable(sessions, conversation_id, claimed))
+        _RELEASING.add(task)
+        task.add_done_callback(_RELEASING.discard)
+
+
+# Releases waiting for the database, held here: the event loop keeps only weak references.
+_RELEASING: set[asyncio.Task[None]] = set()
+
+
+async def _release_once_reachable(
+    sessions: async_sessionmaker[AsyncSession], conversation_id: str, claimed: datetime
+) -> None:
+    wait = 0.5
+    while utcnow() < claimed:  # past it the claim has expired, and frees nothing
+        await asyncio.sleep(wait)
+        try:
+            await _release(sessions, conversation_id, claimed)
+        except Exception as error:
+            if not unreachable(error):
+                log.exception("conversation %s could not be freed", conversation_id)
+                return
+            wait = min(wait * 2, 30.0)
+        else:
+            return
+
+
+async def _release(
+    sessions: async_sessionmaker[AsyncSession], conversation_id: str, claimed: datetime
+) -> None:
     async with sessions() as session:
         await session.execute(
             update(Conversation)

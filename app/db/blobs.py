@@ -19,6 +19,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.db.models import DocumentBlob
 from app.db.sqlite import on_thread
+from app.db.unavailable import driver_calls
 
 PIECE = 1024 * 1024
 _TABLE = DocumentBlob.__tablename__
@@ -35,12 +36,15 @@ async def insert_blob(session: AsyncSession, document_id: str, tenant_id: str, d
     driver = connection.dialect.driver
     if driver == "asyncpg":
         raw = await connection.get_raw_connection()
-        await raw.driver_connection.copy_to_table(  # type: ignore[union-attr]
-            _TABLE,
-            source=_binary_copy((document_id, tenant_id), data),
-            columns=_COLUMNS,
-            format="binary",
-        )
+        # asyncpg's own call, outside SQLAlchemy: a connection lost under it told as one lost
+        # under SQLAlchemy is.
+        with driver_calls(raw.driver_connection):
+            await raw.driver_connection.copy_to_table(  # type: ignore[union-attr]
+                _TABLE,
+                source=_binary_copy((document_id, tenant_id), data),
+                columns=_COLUMNS,
+                format="binary",
+            )
     else:
         assert driver == "aiosqlite", driver
         rowid = await session.scalar(

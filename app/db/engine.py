@@ -23,6 +23,7 @@ from sqlalchemy.pool import ConnectionPoolEntry, PoolProxiedConnection
 from sqlalchemy.util import greenlet_spawn, is_exit_exception
 
 from app.db.sqlite import one_trip_dbapi
+from app.db.unavailable import driver_calls
 from app.settings import Settings
 
 
@@ -66,6 +67,7 @@ def create_engine(
             kwargs |= {"pool_size": pool_size, "max_overflow": max_overflow, "pool_use_lifo": True}
         engine = create_async_engine(url, **_JSON, **kwargs)
         _ping_when_idle(engine, ping_after_idle)
+        _tell_unreachable(engine)
         return engine
 
     if url.database and url.database != ":memory:":
@@ -84,7 +86,19 @@ def create_engine(
         cursor.execute("PRAGMA synchronous=NORMAL")
         cursor.close()
 
+    _tell_unreachable(engine)
     return engine
+
+
+def _tell_unreachable(engine: AsyncEngine) -> None:
+    """Connect through ``driver_calls``: a database that cannot be reached raises
+    ``DatabaseUnreachable``, where asyncpg raises a refused connection as an ``OSError``
+    that SQLAlchemy passes on as it is."""
+
+    @event.listens_for(engine.sync_engine, "do_connect")
+    def _connect(dialect: Any, _: Any, cargs: Any, cparams: Any) -> Any:
+        with driver_calls():
+            return dialect.connect(*cargs, **cparams)
 
 
 def _ping_when_idle(engine: AsyncEngine, idle: float) -> None:

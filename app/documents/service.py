@@ -22,6 +22,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from app.db.blobs import insert_blob
 from app.db.models import CollectionDocument, Document, DocumentBlob, DocumentChunk
 from app.db.tenancy import get_owned, list_newest
+from app.db.unavailable import driver_calls
 from app.documents.kinds import (
     CONTENT,
     TEXT,
@@ -332,9 +333,12 @@ async def _insert_chunks(
             upcoming = batch(following) if following < len(parsed.chunks) else None
             if copy:
                 raw = await connection.get_raw_connection()
-                await raw.driver_connection.copy_records_to_table(  # type: ignore[union-attr]
-                    DocumentChunk.__tablename__, records=rows, columns=_CHUNK_COLUMNS
-                )
+                # asyncpg's own call, outside SQLAlchemy: a connection lost under it told
+                # as one lost under SQLAlchemy is.
+                with driver_calls(raw.driver_connection):
+                    await raw.driver_connection.copy_records_to_table(  # type: ignore[union-attr]
+                        DocumentChunk.__tablename__, records=rows, columns=_CHUNK_COLUMNS
+                    )
             else:
                 # Core, not the ORM's bulk insert: the rows are plain values, and its
                 # bookkeeping per row cost as much as the database's work.
