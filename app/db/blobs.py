@@ -11,17 +11,18 @@ from __future__ import annotations
 
 import sqlite3
 import struct
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
+from typing import Any, TypeVar
 
 import aiosqlite
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.db.models import DocumentBlob
-from app.db.sqlite import on_thread
 from app.db.unavailable import driver_calls
 
 PIECE = 1024 * 1024
+_T = TypeVar("_T")
 _TABLE = DocumentBlob.__tablename__
 _COLUMNS = ("document_id", "tenant_id", "data")
 _INSERT_ZEROS = text(
@@ -52,7 +53,16 @@ async def insert_blob(session: AsyncSession, document_id: str, tenant_id: str, d
         )
         raw = await connection.get_raw_connection()
         sqlite: aiosqlite.Connection = raw.driver_connection  # type: ignore[assignment]
-        await on_thread(sqlite, _write_blob, rowid, data)
+        await _on_thread(sqlite, _write_blob, rowid, data)
+
+
+async def _on_thread(
+    connection: aiosqlite.Connection, function: Callable[..., _T], *args: Any
+) -> _T:
+    """``function(sqlite3_connection, *args)`` on aiosqlite's thread. aiosqlite has no method
+    for SQLite's incremental blob I/O: this takes its private ``_execute`` and ``_conn``,
+    fenced by tests/unit/test_aiosqlite_fence.py."""
+    return await connection._execute(function, connection._conn, *args)  # type: ignore[no-untyped-call,no-any-return]
 
 
 def _write_blob(connection: sqlite3.Connection, rowid: int, data: bytes) -> None:

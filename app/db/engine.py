@@ -22,7 +22,6 @@ from sqlalchemy.orm import DeclarativeBase
 from sqlalchemy.pool import ConnectionPoolEntry, PoolProxiedConnection
 from sqlalchemy.util import greenlet_spawn, is_exit_exception
 
-from app.db.sqlite import one_trip_dbapi
 from app.db.unavailable import driver_calls
 from app.settings import Settings
 
@@ -54,8 +53,7 @@ def create_engine(
     connection: SQLite takes one writer at a time anyway, and writers that contend sleep in
     SQLite's busy handler, while a task queued for the one connection wakes as soon as it is
     free. No transaction is held across a slow await (the upstream call, PDF parsing),
-    so the queue stays short; and each statement is one trip to aiosqlite's thread
-    (``app.db.sqlite``), so the connection is held for as few turns of the event loop as can be.
+    so the queue stays short.
     """
     url = make_url(database_url)
     if not url.drivername.startswith("sqlite"):
@@ -74,8 +72,6 @@ def create_engine(
         Path(url.database).parent.mkdir(parents=True, exist_ok=True)
     if "poolclass" not in kwargs:
         kwargs |= {"pool_size": 1, "max_overflow": 0, "pool_timeout": 60}
-    if url.drivername == "sqlite+aiosqlite" and "module" not in kwargs:
-        kwargs["module"] = one_trip_dbapi()
     engine = create_async_engine(url, connect_args={"timeout": 30}, **_JSON, **kwargs)
 
     @event.listens_for(engine.sync_engine, "connect")
@@ -139,9 +135,9 @@ class RowInserter:
     ``insert`` does what ``connection.execute(insert(table), values)`` in a transaction of its
     own does: the statement is compiled once, for the engine's dialect; the values are made by
     the columns' own bind processors, as SQLAlchemy makes them; and they go through a pooled
-    connection's DBAPI cursor in autocommit: one round trip on PostgreSQL (BEGIN and COMMIT of
-    their own made three), one trip to aiosqlite's thread on SQLite (``app.db.sqlite``: the
-    statement commits there). What is left out is what costs (docs/PERFORMANCE.md):
+    connection's DBAPI cursor: in autocommit on PostgreSQL, one round trip (BEGIN and COMMIT of
+    their own made three); on SQLite the statement and then the DBAPI connection's commit.
+    What is left out is what costs (docs/PERFORMANCE.md):
     SQLAlchemy's ``Connection``, transaction, execution context and result. All of it runs in
     one greenlet, as each new one maps a Python frame stack and unmaps it at its end.
 
@@ -182,13 +178,23 @@ class RowInserter:
         try:
             connection = engine.raw_connection()
             dbapi_connection: Any = connection.dbapi_connection
-            dbapi_connection.autocommit = True
-            try:
-                cursor = connection.cursor()
-                cursor.execute(self._sql, parameters)
-                cursor.close()
-            finally:  # the next user of the connection has its transactions as before
-                dbapi_connection.autocommit = False
+            if dialect.name == "sqlite":  # the statement, then its commit
+                try:
+                    cursor = connection.cursor()
+                    cursor.execute(self._sql, parameters)
+                    cursor.close()
+                    dbapi_connection.commit()
+                except BaseException:
+                    dbapi_connection.rollback()
+                    raise
+            else:  # the statement in autocommit: one round trip
+                dbapi_connection.autocommit = True
+                try:
+                    cursor = connection.cursor()
+                    cursor.execute(self._sql, parameters)
+                    cursor.close()
+                finally:  # the next user of the connection has its transactions as before
+                    dbapi_connection.autocommit = False
         except dialect.loaded_dbapi.Error as error:
             broken = dialect.is_disconnect(error, connection, None)
             if broken and connection is not None:
