@@ -14,6 +14,7 @@ the OpenAPI problem declarations are built from it (``app.api.problems``).
     ├── MalformedBody             400: a body that cannot be read: not UTF-8 JSON, or a
     │                                  broken multipart form
     ├── PayloadTooLarge           413: the body or document exceeds the size limit
+    ├── RequestTimeout            408: the body arrives too slowly
     ├── UnsupportedMediaType      415: a document of no supported format
     ├── UpstreamError             502, 503, 504, …: see app.upstream.errors
     └── DatabaseUnavailable       503: the database cannot be reached; see app.db.unavailable
@@ -47,6 +48,7 @@ _TITLES = {
     401: "Unauthorized",
     404: "Not Found",
     405: "Method Not Allowed",
+    408: "Request Timeout",
     409: "Conflict",
     413: "Content Too Large",
     415: "Unsupported Media Type",
@@ -111,6 +113,12 @@ class ErrorCode(StrEnum):
         "or a body too large to hold one",
     )
     INVALID_CURSOR = "invalid_cursor", 422, "a `cursor` that Citegate did not make"
+    REQUEST_TIMEOUT = (
+        "request_timeout",
+        408,
+        "a body that arrives slower than `CITEGATE_BODY_MIN_BYTES_PER_SECOND` once "
+        "`CITEGATE_BODY_TIMEOUT_SECONDS` have passed; the connection is closed",
+    )
     # Keys and limits
     UNAUTHORIZED = "unauthorized", 401, "no key, or a malformed, unknown or revoked one"
     RATE_LIMITED = "rate_limited", 429, "a per-key limit; `Retry-After` says when"
@@ -353,6 +361,17 @@ class MalformedBody(CitegateError):
 class PayloadTooLarge(CitegateError):
     default_code = ErrorCode.PAYLOAD_TOO_LARGE
     kind_status = 413
+
+
+class RequestTimeout(CitegateError):
+    """A body that arrives too slowly: the rest of it is not waited for, and the connection is
+    closed."""
+
+    default_code = ErrorCode.REQUEST_TIMEOUT
+    kind_status = 408
+
+    def __init__(self, detail: str) -> None:
+        super().__init__(detail, headers={"Connection": "close"})
 
 
 class UnsupportedMediaType(CitegateError):

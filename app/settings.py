@@ -140,6 +140,27 @@ class Settings(BaseSettings):
         description="A stream whose client reads nothing for this long is ended and its answer "
         "stored as cancelled; 0: wait for the client as long as its connection is open.",
     )
+    header_timeout_seconds: float = Field(
+        default=10.0,
+        ge=0,
+        description="A request's headers must arrive whole within this long of the connection "
+        "opening, or of the request's first byte on a connection kept alive; else the "
+        "connection is closed. 0: no limit.",
+    )
+    body_timeout_seconds: float = Field(
+        default=20.0,
+        ge=0,
+        description="How long a request's body may keep Citegate waiting before "
+        "`body_min_bytes_per_second` counts: the time it waits for the body may be this plus "
+        "a second for every that many bytes that arrived. Slower, it is refused 408 "
+        "`request_timeout` and the connection closed. 0: no limit.",
+    )
+    body_min_bytes_per_second: int = Field(
+        default=500,
+        ge=0,
+        description="The slowest average rate, past `body_timeout_seconds`, at which a body "
+        "may arrive. 0: no limit.",
+    )
     max_pdf_pages_per_document: int = Field(
         default=600,
         ge=1,

@@ -27,6 +27,7 @@ _TYPE_OF_STATUS = {
     403: "permission_error",
     404: "not_found_error",
     405: "invalid_request_error",
+    408: "timeout_error",  # a body that arrived too slowly; the SDKs retry a 408
     409: "invalid_request_error",
     413: "request_too_large",
     429: "rate_limit_error",
