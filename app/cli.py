@@ -19,6 +19,7 @@ from app.auth import keys as api_keys
 from app.db.engine import run_in_session
 from app.db.migrations import upgrade_to_head
 from app.errors import NotFound
+from app.http_protocol import HeaderTimeoutProtocol
 from app.main import create_app
 from app.observability import MULTIPROCESS_DIR, configure_logging
 from app.settings import Settings
@@ -107,6 +108,7 @@ def serve(
             timeout_worker_healthcheck=60,
             host=host,
             port=port,
+            http=HeaderTimeoutProtocol,  # uvicorn's httptools protocol, with a header timeout
             proxy_headers=proxy_headers,
             forwarded_allow_ips=forwarded_allow_ips,
             timeout_graceful_shutdown=graceful_timeout,

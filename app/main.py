@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 import gc
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 
 from fastapi import Depends, FastAPI
@@ -36,6 +36,7 @@ from app.db.unavailable import FAILURES, database_unavailable
 from app.documents.pages import PdfPages
 from app.documents.sources import SourceCache
 from app.errors import ErrorRendering, install_error_handlers
+from app.http_protocol import HEADER_TIMEOUT_STATE
 from app.local_engine import LocalEngine, create_local_engine_app
 from app.local_engine.batches import LocalBatches
 from app.observability import Metrics, RequestObserver, metrics_endpoint
@@ -60,7 +61,7 @@ def create_app(settings: Settings | None = None, *, own_process: bool = False) -
     settings = settings or Settings()
 
     @asynccontextmanager
-    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+    async def lifespan(app: FastAPI) -> AsyncIterator[Mapping[str, object]]:
         engine = create_engine(
             settings.database_url,
             pool_size=settings.database_pool_size,
@@ -96,7 +97,9 @@ def create_app(settings: Settings | None = None, *, own_process: bool = False) -
         if own_process:
             tune_collector()
         try:
-            yield
+            # The lifespan's state reaches uvicorn's protocol of each connection, which bounds
+            # the time a request's headers take (app.http_protocol).
+            yield {HEADER_TIMEOUT_STATE: settings.header_timeout_seconds}
         finally:
             watcher.cancel()
             if poller is not None:

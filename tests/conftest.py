@@ -36,6 +36,7 @@ from app.db.models import (
     Document,
     Tenant,
 )
+from app.http_protocol import HeaderTimeoutProtocol
 from app.main import create_app
 from app.settings import Settings
 from tests.fake_upstream import FakeUpstream
@@ -103,7 +104,15 @@ class Served:
     def __init__(self, app: ASGIApp) -> None:
         self.port = free_port()
         self.base_url = f"http://127.0.0.1:{self.port}"
-        config = uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning")
+        # The protocol `citegate serve` serves with; an app whose lifespan sets no header
+        # timeout is served as uvicorn's own httptools protocol serves it.
+        config = uvicorn.Config(
+            app,
+            host="127.0.0.1",
+            port=self.port,
+            log_level="warning",
+            http=HeaderTimeoutProtocol,
+        )
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self.server.run, daemon=True)
 
