@@ -10,17 +10,27 @@
   and python-multipart reports no error for a form cut short, so a route would see a form
   without its file. The check raises ``MalformedBody`` from the route's read of the body, and
   the error handlers answer it (``app.errors``), as a problem or in the Messages API's shape.
+- A body that arrives too slowly (``PacedBody``): any request that has one may keep Citegate
+  waiting for it ``body_timeout_seconds``, and a second more for every
+  ``body_min_bytes_per_second`` bytes that arrived. Past that, the read of the body raises
+  ``RequestTimeout``, answered 408 with ``Connection: close``. A bound on the rate rather than
+  on the whole time: an honest upload of a large document over a slow link takes as long as
+  its size needs, while a client that trickles bytes must keep paying bytes for the time it
+  holds a connection. A response that starts before the body is over closes the connection
+  after it, rather than leave uvicorn reading a body nobody will read.
 """
 
 from __future__ import annotations
 
 import codecs
+import time
 
+import anyio
 from python_multipart.multipart import parse_options_header
 from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from app.errors import ErrorRendering, MalformedBody, PayloadTooLarge
+from app.errors import ErrorRendering, MalformedBody, PayloadTooLarge, RequestTimeout
 from app.settings import MIB, Settings
 
 # The routes whose body is a multipart upload of a document.
@@ -35,13 +45,16 @@ def body_limits(settings: Settings) -> tuple[int, int]:
 
 
 class BodyChecks:
-    """Refuses a declared length over the limit at once, and has a POST's JSON or multipart
-    body checked as it arrives (``CheckedBody``)."""
+    """Refuses a declared length over the limit at once, has a POST's JSON or multipart body
+    checked as it arrives (``CheckedBody``), and any body paced (``PacedBody``)."""
 
     def __init__(self, app: ASGIApp, settings: Settings, rendering: ErrorRendering) -> None:
         self.app = app
         self.upload_limit, self.json_limit = body_limits(settings)
         self.rendering = rendering
+        self.paced = settings.body_timeout_seconds > 0 and settings.body_min_bytes_per_second > 0
+        self.body_timeout = settings.body_timeout_seconds
+        self.body_rate = settings.body_min_bytes_per_second
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
@@ -60,6 +73,9 @@ class BodyChecks:
             # read its body would meet the check in whatever listens for the client leaving.
             if scope["method"] == "POST":
                 receive = CheckedBody.of(path, headers.get("content-type"), receive) or receive
+            if (declared.isdigit() and declared != "0") or "transfer-encoding" in headers:
+                body = PacedBody(receive, self.body_timeout if self.paced else None, self.body_rate)
+                receive, send = body, body.closing(send)
         await self.app(scope, receive, send)
 
 
@@ -139,3 +155,66 @@ class CheckedBody:
                 f"({close.strip().decode('latin-1')}): the body is incomplete."
             )
         self._tail = chunk[-keep:] if len(chunk) >= keep else (self._tail + chunk)[-keep:]
+
+
+class PacedBody:
+    """A ``receive`` that waits for the body no longer than its pace allows: ``timeout``
+    seconds, and a second more for every ``rate`` bytes that have arrived (None: as long as it
+    takes). Only the time spent waiting for the client counts, not the time the route takes
+    between two reads, and a message that has arrived is taken whatever the time. Past the
+    allowance, raises ``RequestTimeout``. Once the body is over nothing is timed: a stream
+    listens on ``receive`` for the client leaving.
+
+    ``closing(send)`` closes the connection after a response that starts before the body is
+    over (a route that refused it, or never reads one): uvicorn would otherwise keep reading
+    the rest, however slowly it came, before the connection's next request."""
+
+    def __init__(self, receive: Receive, timeout: float | None, rate: int) -> None:
+        self._receive = receive
+        self._timeout = timeout
+        self._rate = rate
+        self._arrived = 0  # bytes of the body so far
+        self._waited = 0.0  # seconds spent waiting for them
+        self._over = False
+        self._expired = False
+
+    async def __call__(self) -> Message:
+        if self._expired:
+            return {"type": "http.disconnect"}
+        if self._over:
+            return await self._receive()
+        if self._timeout is None:
+            message = await self._receive()
+        else:
+            message = await self._timed(grace=self._timeout)
+        if message["type"] == "http.request" and message.get("more_body", False):
+            self._arrived += len(message.get("body", b""))
+        else:
+            self._over = True
+        return message
+
+    async def _timed(self, grace: float) -> Message:
+        allowed = grace + self._arrived / self._rate - self._waited
+        started = time.monotonic()
+        try:
+            with anyio.fail_after(allowed):
+                return await self._receive()
+        except TimeoutError:
+            self._expired = True
+            raise RequestTimeout(
+                f"The request body arrived too slowly: {self._arrived} bytes in "
+                f"{self._waited + time.monotonic() - started:.0f} s, where past the first "
+                f"{grace:g} s it must come at {self._rate} bytes a second at least."
+            ) from None
+        finally:
+            self._waited += time.monotonic() - started
+
+    def closing(self, send: Send) -> Send:
+        async def send_closing(message: Message) -> None:
+            if message["type"] == "http.response.start" and not self._over:
+                headers = list(message.get("headers", ()))
+                if not any(name.lower() == b"connection" for name, _ in headers):
+                    message = {**message, "headers": [*headers, (b"connection", b"close")]}
+            await send(message)
+
+        return send_closing
