@@ -12,6 +12,7 @@ import select
 import socket
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -19,7 +20,8 @@ import pytest
 
 from app.errors import ErrorCode
 from app.settings import Settings
-from tests.conftest import ServedApp, _delete_everything, _run
+from tests.conftest import ServedApp, _delete_everything, _run, free_port
+from tests.e2e.test_shutdown import CitegateProcess
 
 HEADER_TIMEOUT = 1.5
 BODY_TIMEOUT = 1.5
@@ -276,3 +278,27 @@ def test_a_body_answered_before_it_is_over_is_not_waited_for(
     assert took < 1.0
     assert answered.startswith(b"HTTP/1.1 %d " % status)
     assert b"\r\nconnection: close\r\n" in answered
+
+
+def test_citegate_serve_cuts_off_slow_headers_and_slow_bodies(tmp_path: Path) -> None:
+    """The command line serves with the same protocol, and the settings reach it."""
+    port = free_port()
+    env = {
+        "CITEGATE_HEADER_TIMEOUT_SECONDS": str(HEADER_TIMEOUT),
+        "CITEGATE_BODY_TIMEOUT_SECONDS": str(BODY_TIMEOUT),
+    }
+    served = CitegateProcess(tmp_path, ["serve", "--port", str(port)], env)
+    try:
+        served.wait_until_healthy(f"http://127.0.0.1:{port}")
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+            sock.sendall(b"GET /healthz HTTP/1.1\r\n")
+            took, answered = wait_closed(sock, HEADER_TIMEOUT + MARGIN)
+        assert answered == b""
+        assert took > HEADER_TIMEOUT - 0.2
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+            sock.sendall(headers_for("/v1/documents", "application/json", 100) + b"{")
+            took, answered = wait_closed(sock, BODY_TIMEOUT + MARGIN)
+        assert response_of(answered)[0] == 408
+        assert took > BODY_TIMEOUT - 0.2
+    finally:
+        served.stop()
