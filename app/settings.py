@@ -150,16 +150,16 @@ class Settings(BaseSettings):
     body_timeout_seconds: float = Field(
         default=20.0,
         ge=0,
-        description="How long a request's body may keep Citegate waiting before "
-        "`body_min_bytes_per_second` counts: the time it waits for the body may be this plus "
-        "a second for every that many bytes that arrived. Slower, it is refused 408 "
-        "`request_timeout` and the connection closed. 0: no limit.",
+        description="How long a request's body may keep Citegate waiting, and a second more "
+        "for every `body_min_bytes_per_second` bytes that arrived; past that it is refused "
+        "408 `request_timeout` and the connection closed. A rate rather than a deadline, so "
+        "that large uploads over slow links succeed. 0: no limit.",
     )
     body_min_bytes_per_second: int = Field(
         default=500,
         ge=0,
         description="The slowest average rate, past `body_timeout_seconds`, at which a body "
-        "may arrive. 0: no limit.",
+        "may arrive, in bytes a second. 0: no limit.",
     )
     max_pdf_pages_per_document: int = Field(
         default=600,
