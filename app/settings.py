@@ -140,6 +140,13 @@ class Settings(BaseSettings):
         description="A stream whose client reads nothing for this long is ended and its answer "
         "stored as cancelled; 0: wait for the client as long as its connection is open.",
     )
+    stream_lease_seconds: float = Field(
+        default=30.0,
+        gt=0,
+        description="A streamed answer belongs to the process relaying it, which says every "
+        "third of this that it is alive; the streams of a process silent this long (a crash, "
+        "kill -9) are marked interrupted by any process of the service, the restarted one too.",
+    )
     max_pdf_pages_per_document: int = Field(
         default=600,
         ge=1,
