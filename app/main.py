@@ -12,6 +12,8 @@ from contextlib import asynccontextmanager
 from fastapi import Depends, FastAPI
 
 from app.answers.context import AnswerContext
+from app.answers.live import LiveAnswers
+from app.answers.store import ENDING_COLUMNS
 from app.api import (
     answers,
     anthropic,
@@ -30,7 +32,7 @@ from app.auth import keys
 from app.auth.limits import KeyLimits
 from app.batches.poller import BatchPoller
 from app.compat import errors as compat_errors
-from app.db.engine import RowInserter, create_engine, create_session_factory
+from app.db.engine import RowInserter, RowUpdater, create_engine, create_session_factory
 from app.db.models import Answer
 from app.db.unavailable import FAILURES, database_unavailable
 from app.documents.pages import PdfPages
@@ -71,6 +73,9 @@ def create_app(settings: Settings | None = None, *, own_process: bool = False) -
         app.state.engine = engine
         app.state.sessions = create_session_factory(engine)
         await _check_auth(app, settings)
+        # Before serving: the streams that dead processes left in progress are interrupted.
+        live = LiveAnswers(app.state.sessions, settings)
+        await live.start()
         local = local_batches = None
         if settings.upstream_name == "local":
             log.warning("no ANTHROPIC_API_KEY: questions are answered by the local engine")
@@ -85,11 +90,14 @@ def create_app(settings: Settings | None = None, *, own_process: bool = False) -
             settings=settings,
             engine=engine,
             answers=RowInserter(engine, Answer),
+            answer_ends=RowUpdater(engine, Answer, ENDING_COLUMNS),
+            live=live,
             sessions=app.state.sessions,
             metrics=metrics,
             pages=app.state.pdf_pages,
         )
         watcher = asyncio.create_task(metrics.watch_event_loop())
+        keeper = asyncio.create_task(live.run())
         app.state.batch_poller = BatchPoller(app.state.answer_context)
         poller = None
         if settings.batch_poller:
@@ -102,6 +110,7 @@ def create_app(settings: Settings | None = None, *, own_process: bool = False) -
             yield {HEADER_TIMEOUT_STATE: settings.header_timeout_seconds}
         finally:
             watcher.cancel()
+            keeper.cancel()
             if poller is not None:
                 poller.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
@@ -111,6 +120,8 @@ def create_app(settings: Settings | None = None, *, own_process: bool = False) -
             await transport.aclose()
             app.state.key_limits.close()
             await asyncio.to_thread(app.state.pdf_pages.close)  # PDFium's lock, off the loop
+            with contextlib.suppress(Exception):  # else its streams are marked a lease later
+                await live.stop()
             await engine.dispose()
 
     app = FastAPI(

@@ -161,6 +161,13 @@ class Settings(BaseSettings):
         description="The slowest average rate, past `body_timeout_seconds`, at which a body "
         "may arrive, in bytes a second. 0: no limit.",
     )
+    stream_lease_seconds: float = Field(
+        default=30.0,
+        gt=0,
+        description="A streamed answer belongs to the process relaying it, which says every "
+        "third of this that it is alive; the streams of a process silent this long (a crash, "
+        "kill -9) are marked interrupted by any process of the service, the restarted one too.",
+    )
     max_pdf_pages_per_document: int = Field(
         default=600,
         ge=1,

@@ -235,7 +235,12 @@ class AnswerOut(BaseModel):
 
     id: str
     conversation_id: str | None
-    status: Literal["completed", "failed", "cancelled"]
+    status: Literal["in_progress", "completed", "failed", "cancelled", "interrupted"] = Field(
+        description="`in_progress` while its stream is relayed, holding the text that arrived "
+        "(saved about once a second); then `completed`, `failed` (the upstream failed, or the "
+        "stream broke), `cancelled` (the client went away), or `interrupted` (the process "
+        "relaying it ended first, a crash: the text that had arrived was kept)."
+    )
     question: str
     model: str
     stop_reason: str | None

@@ -6,8 +6,9 @@ from dataclasses import dataclass
 
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
+from app.answers.live import LiveAnswers
 from app.auth.limits import KeyLimits
-from app.db.engine import RowInserter
+from app.db.engine import RowInserter, RowUpdater
 from app.documents.pages import PdfPages
 from app.documents.sources import SourceCache
 from app.observability import Metrics
@@ -25,6 +26,8 @@ class AnswerContext:
     settings: Settings
     engine: AsyncEngine
     answers: RowInserter  # stores an answer's row
+    answer_ends: RowUpdater  # finishes a streamed answer's row (``store.ENDING_COLUMNS``)
+    live: LiveAnswers  # the streams in progress
     sessions: async_sessionmaker[AsyncSession]  # bound to ``engine``
     metrics: Metrics
     pages: PdfPages  # the boxes of PDF spans

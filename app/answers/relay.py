@@ -1,19 +1,22 @@
 """A streamed answer: the upstream's events relayed as they arrive, its citations resolved on
-the way, and what arrived stored when the stream ends, however it ends."""
+the way; its row inserted in progress once it has begun, its text saved as it arrives (by
+``live``), and what arrived stored when the stream ends, however it ends."""
 
 from __future__ import annotations
 
 import logging
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping, Sequence
 from contextlib import AsyncExitStack, aclosing
+from datetime import datetime
 from typing import Any
 
 import anyio
 
 from app.answers.answer import AnswerOut
+from app.answers.citations import build_segments
 from app.answers.context import AnswerContext
 from app.answers.request import Prepared, release
-from app.answers.store import Reply, store_answer
+from app.answers.store import Reply, begin_answer, store_answer
 from app.answers.streaming import AnswerStream, Event
 from app.auth.keys import Principal
 from app.db.unavailable import database_unavailable
@@ -59,6 +62,10 @@ async def open_relay(
                 code=ErrorCode.UPSTREAM_BAD_RESPONSE,
                 request_id=upstream.request_id,
             )
+        relayed = RelayedAnswer(
+            context, principal, prepared, stack, upstream, frames, early, answer
+        )
+        await relayed.begin()
     except BaseException:
         with anyio.CancelScope(shield=True):
             try:
@@ -66,17 +73,18 @@ async def open_relay(
             finally:
                 await release(context, prepared)
         raise
-    return RelayedAnswer(context, principal, prepared, stack, upstream, frames, early, answer)
+    return relayed
 
 
 class RelayedAnswer:
     """A streamed answer on its way: its events, and ``close``, which stores what arrived.
 
-    ``events`` relays it as Citegate's events; ``frames`` as the upstream sent it (the
-    Anthropic-compatible API). ``close`` runs once, shielded from cancellation: it closes the
-    upstream response (which stops the upstream at once), stores the answer and frees the
-    conversation. The relay calls it when it ends; the response calls it again afterwards, for
-    a stream that was never read.
+    ``begin`` inserts its row in progress; from then on ``context.live`` saves what arrived
+    (``changes``, ``partial``). ``events`` relays it as Citegate's events; ``frames`` as the
+    upstream sent it (the Anthropic-compatible API). ``close`` runs once, shielded from
+    cancellation: it closes the upstream response (which stops the upstream at once), finishes
+    the answer's row and frees the conversation. The relay calls it when it ends; the response
+    calls it again afterwards, for a stream that was never read.
     """
 
     def __init__(
@@ -102,14 +110,30 @@ class RelayedAnswer:
         self._closed = False
         self.failure: CitegateError | None = None  # why the answer failed, if it did
         self.stored: AnswerOut | None = None  # the stored Answer, once ``frames`` has ended
+        self._begun: datetime | None = None  # when its row was inserted
 
-    async def close(self, status: str = "cancelled") -> AnswerOut | None:
-        """Store what arrived with this status; None when it was closed before."""
-        if self._closed:
-            return None
-        self._closed = True
+    async def begin(self) -> None:
+        """Insert the answer's row, in progress, and have its text saved as it arrives."""
+        reply = self._reply("in_progress")
+        context = self._context
+        self._begun = await begin_answer(context, self._principal, self._prepared, reply)
+        context.live.add(self._prepared.id, self)
+
+    @property
+    def changes(self) -> int:
+        return self._answer.changes
+
+    def partial(self) -> dict[str, Any]:
+        """The text and segments that arrived so far, as the row keeps them."""
+        prepared = self._prepared
+        text, segments = build_segments(
+            self._answer.content(), prepared.indexes, prepared.passages, prepared.sent
+        )
+        return {"text": text, "segments": segments}
+
+    def _reply(self, status: str) -> Reply:
         answer, prepared = self._answer, self._prepared
-        reply = Reply(
+        return Reply(
             status,
             answer.content(),
             answer.model or prepared.request["model"],
@@ -118,15 +142,31 @@ class RelayedAnswer:
             answer.message_id,
             self.request_id,
         )
+
+    async def close(self, status: str = "cancelled") -> AnswerOut | None:
+        """Store what arrived with this status; None when it was closed before."""
+        if self._closed:
+            return None
+        self._closed = True
+        context, prepared = self._context, self._prepared
+        context.live.discard(prepared.id)
+        reply = self._reply(status)
         with anyio.CancelScope(shield=True):
             try:
                 try:
                     await self._stack.aclose()
                 except Exception:  # what arrived is stored all the same
                     log.exception("closing the upstream stream of answer %s failed", prepared.id)
-                return await store_answer(self._context, self._principal, prepared, reply)
+                try:
+                    return await store_answer(
+                        context, self._principal, prepared, reply, begun=self._begun
+                    )
+                except Exception:
+                    # Left in progress, it would stay so while this process lives.
+                    context.live.abandon(prepared.id, self)
+                    raise
             finally:
-                await release(self._context, prepared)
+                await release(context, prepared)
         return None  # only when the scope swallowed a cancellation meant for it
 
     async def events(self) -> AsyncGenerator[Sequence[Relayed], None]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 import anyio
@@ -30,7 +30,6 @@ from app.documents.sources import (
 )
 from app.ids import new_id
 from app.search.service import Passage, search_collection_passages, search_passages
-from app.settings import Settings
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,7 +82,9 @@ async def prepare(
         model, system = conversation.model, conversation.system
     target = await _target(session, tenant_id, body, conversation)
     if conversation is not None and claim:
-        claimed = await conversations.claim(session, conversation, _claim_hold(settings))
+        claimed = await conversations.claim(
+            session, conversation, conversations.claim_hold(settings)
+        )
     try:
         history: list[Turn] = []
         if conversation is not None:
@@ -141,17 +142,6 @@ async def release(context: AnswerContext, prepared: Prepared) -> None:
     if prepared.conversation_id is not None and prepared.claim is not None:
         with anyio.CancelScope(shield=True):
             await conversations.release(context.sessions, prepared.conversation_id, prepared.claim)
-
-
-def _claim_hold(settings: Settings) -> timedelta:
-    """How long a claim lasts if its process dies: longer than any answer can take (every
-    attempt timing out, plus the retry budget), and at least 15 minutes for long streams."""
-    longest = (
-        settings.upstream_read_timeout * settings.upstream_max_attempts
-        + settings.upstream_max_retry_seconds
-        + 60
-    )
-    return timedelta(seconds=max(longest, 900))
 
 
 @dataclass(frozen=True, slots=True)

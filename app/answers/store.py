@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import delete
@@ -31,7 +32,7 @@ from app.upstream.wire import Message
 class Reply:
     """What the upstream answered: a whole message, or as much of a stream as arrived."""
 
-    status: str  # the answer's: completed, failed, cancelled
+    status: str  # the answer's: completed, failed, cancelled; in_progress while it streams
     content: list[dict[str, Any]]  # content blocks
     model: str
     stop_reason: str | None
@@ -57,21 +58,56 @@ def usage_of(message: Message) -> dict[str, int]:
     return {field: getattr(message.usage, field) or 0 for field in USAGE_FIELDS}
 
 
+# What a streamed answer's end sets in the row inserted at its start.
+ENDING_COLUMNS = (
+    "status",
+    "model",
+    "stop_reason",
+    "text",
+    "segments",
+    "usage",
+    "upstream_message_id",
+    "upstream_request_id",
+)
+
+
 async def store_answer(
-    context: AnswerContext, principal: Principal, prepared: Prepared, reply: Reply
+    context: AnswerContext,
+    principal: Principal,
+    prepared: Prepared,
+    reply: Reply,
+    *,
+    begun: datetime | None = None,
 ) -> AnswerOut:
-    """Resolve, store and count the answer to ``prepared``; the Answer as the API shows it."""
+    """Resolve, store and count the answer to ``prepared``; the Answer as the API shows it.
+    ``begun``: its row was inserted then, when its stream began (``begin_answer``), and is
+    now finished (``ENDING_COLUMNS``)."""
     await context.limits.spend_tokens(principal, sum(reply.usage.values()))
     row = answer_row(prepared, principal.tenant_id, reply)
+    if begun is not None:
+        row["created_at"] = begun
     # The segments were made just now: their spans get boxes in place, and a database session
     # only when some of them are in PDFs.
     if wanted := boxes_wanted(row["segments"]):
         async with context.sessions() as session:
             await measure_boxes(session, context.pages, wanted)
     answer = AnswerOut.of_row(row)  # before the row is stored: nothing stored that is not shown
-    await context.answers.insert(row)
+    if begun is not None:
+        await context.answer_ends.update(row)
+    else:
+        await context.answers.insert(row)
     count_stored(context.metrics, row)
     return answer
+
+
+async def begin_answer(
+    context: AnswerContext, principal: Principal, prepared: Prepared, reply: Reply
+) -> datetime:
+    """Insert the row of a stream that has begun, in progress and owned by this process, with
+    what arrived so far; when it was made (the Answer's ``created_at``)."""
+    row = answer_row(prepared, principal.tenant_id, reply, owner=context.live.owner)
+    await context.answers.insert(row)
+    return row["created_at"]  # type: ignore[no-any-return]
 
 
 def answer_row(
@@ -81,10 +117,11 @@ def answer_row(
     *,
     batch_id: str | None = None,
     documents: list[dict[str, Any]] | None = None,
+    owner: str | None = None,
 ) -> dict[str, Any]:
     """The row of the answer ``reply`` gives to ``prepared``, every citation resolved. Pure:
     the same for an answer asked alone and for one of a batch (``documents`` as described when
-    the batch was made)."""
+    the batch was made). ``owner``: the process relaying it, for a stream in progress."""
     text, segments = build_segments(
         reply.content, prepared.indexes, prepared.passages, prepared.sent
     )
@@ -107,6 +144,7 @@ def answer_row(
         "upstream_request_id": reply.request_id,
         "batch_id": batch_id,
         "created_at": utcnow(),
+        "stream_owner": owner,
     }
 
 

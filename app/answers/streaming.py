@@ -42,6 +42,7 @@ class AnswerStream:
         self.usage: dict[str, int] = dict.fromkeys(USAGE_FIELDS, 0)
         self.started = False
         self.finished = False
+        self.changes = 0  # grows with each block, text and citation that arrives
 
     def feed(self, event: dict[str, Any]) -> list[Event]:
         kind = event.get("type")
@@ -77,6 +78,7 @@ class AnswerStream:
         if not isinstance(index, int):
             return []
         self._blocks[index] = block
+        self.changes += 1
         if block.get("type") != "text":
             return []
         segment = self._segments[index] = len(self._segments)
@@ -96,6 +98,7 @@ class AnswerStream:
         if index not in self._segments:
             return []
         block, segment = self._blocks[index], self._segments[index]
+        self.changes += 1
         if delta.get("type") == "text_delta":
             text = str(delta.get("text") or "")
             self._texts[index].append(text)

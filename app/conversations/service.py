@@ -20,6 +20,7 @@ from app.documents.sources import RequestLimits, SourceCache, describe_sources, 
 from app.errors import Conflict, ErrorCode
 from app.ids import new_id
 from app.pagination import Page
+from app.settings import Settings
 
 log = logging.getLogger(__name__)
 
@@ -121,6 +122,31 @@ async def claim(session: AsyncSession, conversation: Conversation, hold: timedel
             headers={"Retry-After": "1"},
         )
     return until
+
+
+def claim_hold(settings: Settings) -> timedelta:
+    """How long a claim lasts if its process dies: longer than any answer can take (every
+    attempt timing out, plus the retry budget), and at least 15 minutes for long streams."""
+    longest = (
+        settings.upstream_read_timeout * settings.upstream_max_attempts
+        + settings.upstream_max_retry_seconds
+        + 60
+    )
+    return timedelta(seconds=max(longest, 900))
+
+
+async def free_after_interrupted(
+    session: AsyncSession, conversation_id: str, begun: datetime, hold: timedelta
+) -> None:
+    """Free the conversation of a follow-up begun at ``begun`` whose process died: its claim,
+    taken before it began, ends by ``begun + hold``; a later follow-up's claim, taken only
+    once that one had expired, ends after it and is left alone. Not committed."""
+    await session.execute(
+        update(Conversation)
+        .where(Conversation.id == conversation_id, Conversation.busy_until <= begun + hold)
+        .values(busy_until=None)
+        .execution_options(synchronize_session=False)
+    )
 
 
 async def release(

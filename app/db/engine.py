@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import orjson
-from sqlalchemy import event, exc, insert
+from sqlalchemy import Table, bindparam, event, exc, insert, update
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import (
@@ -20,6 +20,7 @@ from sqlalchemy.ext.asyncio import (
 )
 from sqlalchemy.orm import DeclarativeBase
 from sqlalchemy.pool import ConnectionPoolEntry, PoolProxiedConnection
+from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.util import greenlet_spawn, is_exit_exception
 
 from app.db.unavailable import driver_calls
@@ -151,27 +152,62 @@ class RowInserter:
     """
 
     def __init__(self, engine: AsyncEngine, model: type[DeclarativeBase]) -> None:
+        # every column, in the table's order
+        self._statement = _Statement(engine, insert(model))
+
+    async def insert(self, values: Mapping[str, Any]) -> None:
+        """Insert the row of ``values`` (one for every column) and commit it."""
+        await self._statement.run(values)
+
+
+class RowUpdater:
+    """Sets some columns of one row, found by its primary key, committed by itself: how a
+    streamed answer, inserted when it began, is finished. Written as ``RowInserter`` writes,
+    for the same reasons, with the same behaviour on failure."""
+
+    def __init__(
+        self, engine: AsyncEngine, model: type[DeclarativeBase], columns: Sequence[str]
+    ) -> None:
+        table = cast(Table, model.__table__)
+        [key] = table.primary_key.columns
+        statement = (
+            update(table)
+            .where(key == bindparam(f"key_{key.key}", type_=key.type))
+            .values({name: bindparam(name, type_=table.columns[name].type) for name in columns})
+        )
+        self._key = key.key
+        self._statement = _Statement(engine, statement)
+
+    async def update(self, values: Mapping[str, Any]) -> None:
+        """Set the columns of the row whose key ``values`` holds to ``values``' and commit."""
+        await self._statement.run({**values, f"key_{self._key}": values[self._key]})
+
+
+class _Statement:
+    """One compiled statement of positional parameters, run on a pooled connection's DBAPI
+    cursor and committed by itself (``RowInserter`` says how and why)."""
+
+    def __init__(self, engine: AsyncEngine, statement: Any) -> None:
         dialect = engine.dialect
-        table = model.__table__
-        compiled = insert(model).compile(dialect=dialect)  # every column, in the table's order
+        compiled = cast(SQLCompiler, statement.compile(dialect=dialect))
         if compiled.positiontup is None:  # aiosqlite's and asyncpg's parameters are positional
             raise ValueError(f"{dialect.driver} takes named parameters")
         self._sql = compiled.string
+        # Each parameter made by its column type's own bind processor, as SQLAlchemy makes it.
         self._binds = [
-            (name, table.columns[name].type.dialect_impl(dialect).bind_processor(dialect))
+            (name, compiled.binds[name].type.dialect_impl(dialect).bind_processor(dialect))
             for name in compiled.positiontup
         ]
         self._engine = engine.sync_engine
 
-    async def insert(self, values: Mapping[str, Any]) -> None:
-        """Insert the row of ``values`` (one for every column) and commit it."""
+    async def run(self, values: Mapping[str, Any]) -> None:
         parameters = [
             values[name] if process is None else process(values[name])
             for name, process in self._binds
         ]
-        await greenlet_spawn(self._insert, parameters)
+        await greenlet_spawn(self._run, parameters)
 
-    def _insert(self, parameters: list[Any]) -> None:
+    def _run(self, parameters: list[Any]) -> None:
         engine = self._engine
         dialect = engine.dialect
         connection: PoolProxiedConnection | None = None

@@ -201,10 +201,18 @@ class Answer(Base):
     # An answer is found by its id (then its tenant checked), a conversation's answers by its
     # id, a batch's (when the batch is deleted, by the cascade) by the batch's: no index of the
     # tenant, and the others only of the answers that have one. Each index is one more B-tree
-    # written with every answer (migration 0011).
+    # written with every answer (migration 0011). The streams being answered are found by
+    # their owner, among only the rows in progress: a stream's row enters that index when it
+    # begins and leaves it when it ends, and an answer asked whole never enters it.
     __table_args__ = (
         _index_of_set("answers", "conversation_id"),
         _index_of_set("answers", "batch_id"),
+        Index(
+            "ix_answers_in_progress",
+            "stream_owner",
+            sqlite_where=text("status = 'in_progress'"),
+            postgresql_where=text("status = 'in_progress'"),
+        ),
     )
 
     id: Mapped[str] = mapped_column(String(40), primary_key=True)
@@ -212,6 +220,8 @@ class Answer(Base):
     conversation_id: Mapped[str | None] = mapped_column(
         ForeignKey("conversations.id", ondelete="CASCADE")
     )
+    # completed | failed | cancelled; a stream's is in_progress from its start to its end, or
+    # interrupted when the process relaying it died first
     status: Mapped[str] = mapped_column(String(16))
     question: Mapped[str] = mapped_column(Text)
     system: Mapped[str | None] = mapped_column(Text)
@@ -231,6 +241,20 @@ class Answer(Base):
         ForeignKey("answer_batches.id", ondelete="CASCADE")
     )
     created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+    # The process (``ServiceProcess``) relaying a streamed answer; null for one asked whole.
+    stream_owner: Mapped[str | None] = mapped_column(String(40))
+
+
+class ServiceProcess(Base):
+    """A process of the service that relays streams, while it lives: it sets ``seen_at`` every
+    third of ``CITEGATE_STREAM_LEASE_SECONDS``, and deletes its row when it stops. The streams
+    of one not seen for that long, or with no row, were cut by its end."""
+
+    __tablename__ = "service_processes"
+
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    started_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+    seen_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
 
 
 class AnswerShareLink(Base):

@@ -38,7 +38,7 @@ from app.db.migrations import upgrade_to_head
 from app.main import create_app
 from app.settings import Settings
 from tests.conftest import Served, fresh_database
-from tests.fake_upstream import GRASS, GRASS_ANSWER, FakeUpstream, Reply, message
+from tests.fake_upstream import GRASS, GRASS_ANSWER, FakeUpstream, Reply, message, sse_message
 from tests.tcp_proxy import TcpProxy
 
 TEXT = "The grass is green. The sky is blue. Clouds are white."
@@ -325,13 +325,13 @@ def test_a_cut_under_load_answers_503_and_loses_nothing_acknowledged(
             assert answer.status_code == 200 and answer.json()["text"] == text
 
 
-def test_a_stream_that_cannot_store_its_answer_ends_with_database_unavailable(
+def test_a_stream_whose_row_cannot_be_stored_is_refused_with_database_unavailable(
     client: httpx.Client, settings: Settings, database_url: str, tmp_path: Path
 ) -> None:
     """With the key and the documents trusted from memory (as by default, for a few seconds),
-    a streamed answer opens without the database, and only storing it needs the database: the
-    stream then ends with an ``error`` event of ``database_unavailable``, and the answer,
-    never acknowledged, is not stored."""
+    a streamed answer opens without the database; its row, inserted once the upstream has
+    begun and before the first event, cannot be: the stream is refused as an ordinary 503,
+    and nothing is stored."""
     trusting = settings.model_copy(update={"recheck_seconds": 60})
     with (
         cut_off(trusting, database_url, tmp_path) as cuttable,
@@ -341,15 +341,51 @@ def test_a_stream_that_cannot_store_its_answer_ends_with_database_unavailable(
         ask = {"question": QUESTION, "document_ids": [doc.json()["id"]], "stream": True}
         assert "event: answer.done" in http.post("/v1/answers", json=ask).text
         cuttable.cut()
-        response = http.post("/v1/answers", json=ask)
-        assert response.status_code == 200
-        events = _events(response.text)
-        assert events[0][0] == "answer.started"
+        assert_unavailable(http.post("/v1/answers", json=ask))
+        cuttable.restore()
+        assert "event: answer.done" in http.post("/v1/answers", json=ask).text
+        answers = http.get(f"/v1/documents/{doc.json()['id']}")  # the service goes on
+        assert answers.status_code == 200
+
+
+def test_a_stream_that_cannot_store_its_end_is_interrupted_once_the_database_is_back(
+    client: httpx.Client, settings: Settings, fake: FakeUpstream, database_url: str, tmp_path: Path
+) -> None:
+    """The database goes away in the middle of a stream: the stream ends with an ``error``
+    event of ``database_unavailable``, and once the database is back its row, in progress
+    until then, is marked interrupted with the text that arrived, never left in progress."""
+    upstream = {
+        "anthropic_api_key": SecretStr("sk-test"),
+        "anthropic_base_url": fake.base_url,
+        "recheck_seconds": 60,
+    }
+    with (
+        cut_off(settings.model_copy(update=upstream), database_url, tmp_path) as cuttable,
+        httpx.Client(base_url=cuttable.served.base_url, timeout=60) as http,
+    ):
+        doc = http.post("/v1/documents", json={"source": {"type": "text", "data": GRASS}})
+        ask = {"question": QUESTION, "document_ids": [doc.json()["id"]], "stream": True}
+        fake.reset(Reply(events=sse_message(GRASS_ANSWER), pause=0.1))
+        seen = []
+        with http.stream("POST", "/v1/answers", json=ask) as response:
+            assert response.status_code == 200
+            for line in response.iter_lines():
+                seen.append(line)
+                if line == "event: text.delta" and seen.count(line) == 1:
+                    cuttable.cut()
+        events = _events("\n".join([*seen, ""]))
         name, data = events[-1]
         assert name == "error" and data["code"] == "database_unavailable", events[-1]
         cuttable.restore()
-        assert http.get(f"/v1/answers/{events[0][1]['id']}").status_code == 404
-        assert "event: answer.done" in http.post("/v1/answers", json=ask).text
+        answer_id = events[0][1]["id"]
+        deadline = time.monotonic() + 20
+        while (stored := http.get(f"/v1/answers/{answer_id}").json())["status"] == "in_progress":
+            assert time.monotonic() < deadline, "the answer was left in progress"
+            time.sleep(0.2)
+        assert stored["status"] == "interrupted"
+        assert stored["text"] == "".join(
+            data["text"] for name, data in events if name == "text.delta"
+        )
 
 
 def _events(text: str) -> list[tuple[str, dict[str, Any]]]:

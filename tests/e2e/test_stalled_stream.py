@@ -75,7 +75,9 @@ def test_a_client_that_stops_reading_is_let_go_and_its_answer_stored_cancelled(
         stalled, answer_id = open_and_stop_reading(impatient, body)
         with stalled:
             deadline = time.monotonic() + 30
-            while (stored := api.get(f"/v1/answers/{answer_id}")).status_code == 404:
+            while (stored := api.get(f"/v1/answers/{answer_id}")).json()["status"] == (
+                "in_progress"
+            ):
                 assert time.monotonic() < deadline, "the stalled stream was never let go"
                 time.sleep(0.05)
             while not fake.stream_closed.is_set() and time.monotonic() < deadline:

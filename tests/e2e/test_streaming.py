@@ -22,7 +22,7 @@ from app.answers.relay import RelayedAnswer
 from app.api.event_stream import EventStream
 from app.db.engine import create_engine
 from app.settings import Settings
-from tests.conftest import Served, behind
+from tests.conftest import Served, behind, count_rows
 from tests.fake_upstream import (
     GRASS,
     GRASS_ANSWER,
@@ -303,20 +303,27 @@ def test_an_error_event_mid_stream_stores_a_failed_answer(
 
 
 @contextmanager
-def answers_refused(database_url: str, question: str) -> Iterator[None]:
-    """Within: the database refuses to store an answer to ``question`` (a trigger raises)."""
+def answers_refused(
+    database_url: str, question: str, *, when: str = "INSERT", status: str | None = None
+) -> Iterator[None]:
+    """Within: the database refuses to store an answer to ``question`` (a trigger raises), on
+    ``when`` (INSERT: the row of a stream that begins; UPDATE: its end), and only for a row
+    going to ``status`` if given."""
+    condition = f"NEW.question = '{question}'"
+    if status is not None:
+        condition += f" AND NEW.status = '{status}'"
     if database_url.startswith("sqlite"):
         ddl = [
-            "CREATE TRIGGER refuse_answer BEFORE INSERT ON answers "
-            f"WHEN NEW.question = '{question}' BEGIN SELECT RAISE(ABORT, 'refused'); END"
+            f"CREATE TRIGGER refuse_answer BEFORE {when} ON answers "
+            f"WHEN {condition} BEGIN SELECT RAISE(ABORT, 'refused'); END"
         ]
         undo = ["DROP TRIGGER refuse_answer"]
     else:
         ddl = [
             "CREATE FUNCTION refuse_answer() RETURNS trigger AS $$ BEGIN "
-            f"IF NEW.question = '{question}' THEN RAISE EXCEPTION 'refused'; END IF; "
+            f"IF {condition} THEN RAISE EXCEPTION 'refused'; END IF; "
             "RETURN NEW; END $$ LANGUAGE plpgsql",
-            "CREATE TRIGGER refuse_answer BEFORE INSERT ON answers "
+            f"CREATE TRIGGER refuse_answer BEFORE {when} ON answers "
             "FOR EACH ROW EXECUTE FUNCTION refuse_answer()",
         ]
         undo = ["DROP TRIGGER refuse_answer ON answers", "DROP FUNCTION refuse_answer()"]
@@ -335,17 +342,45 @@ def answers_refused(database_url: str, question: str) -> Iterator[None]:
         asyncio.run(run(undo))
 
 
+def test_a_stream_whose_row_cannot_be_inserted_is_refused_before_it_begins(
+    api: httpx.Client, fake: FakeUpstream, database_url: str
+) -> None:
+    """The row is inserted once the upstream has begun, before the first event: a database
+    that refuses it refuses the stream as an ordinary error response, and nothing is stored."""
+    fake.reset(Reply(events=sse_message(CITED)))
+    document_id = upload(api)
+    with answers_refused(database_url, "Refused?"):
+        body = {"question": "Refused?", "document_ids": [document_id], "stream": True}
+        refused = api.post("/v1/answers", json=body)
+    assert refused.status_code == 500
+    assert refused.headers["content-type"] == "application/problem+json"
+    assert refused.json()["code"] == "internal_error"
+    deadline = time.monotonic() + 10
+    while not fake.stream_closed.is_set():  # the upstream's stream is closed
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    assert count_rows(database_url, ("answers",)) == {"answers": 0}
+
+
 def test_an_answer_that_cannot_be_stored_ends_the_stream_with_an_error(
     api: httpx.Client, fake: FakeUpstream, database_url: str
 ) -> None:
+    """Its end refused, the stream ends with an error event; the row, in progress until then,
+    is marked interrupted with the text that arrived (never left in progress, nor completed)."""
     fake.reset(Reply(events=sse_message(CITED)))
-    with answers_refused(database_url, "Refused?"):
+    with answers_refused(database_url, "Refused?", when="UPDATE", status="completed"):
         relayed = stream(api, {"question": "Refused?", "document_ids": [upload(api)]})
-    names = [name for name, _ in relayed]
-    assert names[0] == "answer.started" and "text.delta" in names
-    assert names[-1] == "error" and "answer.done" not in names
-    assert relayed[-1][1]["code"] == "internal_error" and relayed[-1][1]["status"] == 500
-    assert api.get(f"/v1/answers/{relayed[0][1]['id']}").status_code == 404
+        names = [name for name, _ in relayed]
+        assert names[0] == "answer.started" and "text.delta" in names
+        assert names[-1] == "error" and "answer.done" not in names
+        assert relayed[-1][1]["code"] == "internal_error" and relayed[-1][1]["status"] == 500
+        answer_id = relayed[0][1]["id"]
+        deadline = time.monotonic() + 20
+        while (stored := api.get(f"/v1/answers/{answer_id}").json())["status"] == "in_progress":
+            assert time.monotonic() < deadline, "the answer was left in progress"
+            time.sleep(0.1)
+    assert stored["status"] == "interrupted"
+    assert stored["text"] == "".join(d["text"] for n, d in relayed if n == "text.delta")
     # The stream ended cleanly and the service goes on.
     assert (
         stream(api, {"question": "Grass?", "document_ids": [upload(api)]})[-1][0] == "answer.done"

@@ -69,7 +69,7 @@ def test_upgrade_downgrade_upgrade_and_models_agree(scratch_url: str) -> None:
 
 def test_every_tenant_table_has_a_tenant_id() -> None:
     for name, table in Base.metadata.tables.items():
-        if name != "tenants":
+        if name not in ("tenants", "service_processes"):  # the service's own, no tenant's
             assert "tenant_id" in table.columns, name
 
 
@@ -125,6 +125,13 @@ ANSWER_READS = {
         "DELETE FROM answers WHERE conversation_id = {p}",
     ],
     "ix_answers_batch_id": ["SELECT id FROM answers WHERE batch_id = {p}"],
+    # The streams a process relays, and those of processes gone (app/answers/live.py).
+    "ix_answers_in_progress": [
+        "SELECT id FROM answers WHERE status = 'in_progress' AND stream_owner = {p}",
+        "UPDATE answers SET status = 'interrupted' WHERE status = 'in_progress' "
+        "AND (stream_owner IS NULL OR stream_owner NOT IN "
+        "(SELECT id FROM service_processes WHERE id = {p}))",
+    ],
 }
 
 
@@ -188,3 +195,11 @@ def test_the_answers_indexes_hold_only_the_answers_that_have_one(database_url: s
         for dialect in ("sqlite", "postgresql"):
             where = model[name].dialect_options[dialect]["where"]
             assert str(where) == f"{column} IS NOT NULL", (name, dialect)
+    in_progress = "status = 'in_progress'"
+    made = found["ix_answers_in_progress"]
+    for noise in ('"', "(", ")", "::text"):  # as each database writes it back
+        made = made.replace(noise, "")
+    assert in_progress in made, found
+    for dialect in ("sqlite", "postgresql"):
+        where = model["ix_answers_in_progress"].dialect_options[dialect]["where"]
+        assert str(where) == in_progress, dialect

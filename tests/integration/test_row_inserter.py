@@ -11,12 +11,12 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import pytest
-from sqlalchemy import bindparam, delete, event, insert, select, text
+from sqlalchemy import bindparam, delete, event, insert, select, text, update
 from sqlalchemy.exc import DBAPIError, IntegrityError
 from sqlalchemy.ext.asyncio import AsyncEngine
 from sqlalchemy.pool import NullPool
 
-from app.db.engine import RowInserter, create_engine, create_session_factory
+from app.db.engine import RowInserter, RowUpdater, create_engine, create_session_factory
 from app.db.models import DEFAULT_TENANT_ID, Answer
 
 
@@ -53,6 +53,7 @@ def answer_row(answer_id: str) -> dict[str, Any]:
         "upstream_message_id": "msg_1",
         "upstream_request_id": None,
         "batch_id": None,
+        "stream_owner": None,
         # Not in UTC: the column's own processor (UTCDateTime) is what makes it UTC.
         "created_at": datetime(
             2026, 12, 2, 11, 30, 15, 123456, tzinfo=timezone(timedelta(hours=2))
@@ -94,6 +95,29 @@ async def test_the_row_is_the_one_sqlalchemys_insert_writes(engine: AsyncEngine)
     )
     assert answer.created_at.utcoffset() == timedelta(0)
     await transactions_are_whole(engine, ["ans_inserter_ours", "ans_inserter_theirs"])
+
+
+async def test_the_update_is_the_one_sqlalchemys_update_writes(engine: AsyncEngine) -> None:
+    """``RowUpdater``, which finishes a streamed answer, sets its columns as SQLAlchemy's own
+    update sets them, on the row its key names only, committed by itself."""
+    begun = {**answer_row(""), "status": "in_progress", "text": "", "segments": []}
+    begun |= {"stop_reason": None, "stream_owner": "proc_1"}
+    for answer_id in ("ans_inserter_ours", "ans_inserter_theirs", "ans_inserter_other"):
+        await RowInserter(engine, Answer).insert({**begun, "id": answer_id})
+    ending = ("status", "stop_reason", "text", "segments", "usage")
+    updater = RowUpdater(engine, Answer, ending)
+    await updater.update(answer_row("ans_inserter_ours"))
+    async with engine.begin() as connection:
+        done = {column: answer_row("")[column] for column in ending}
+        await connection.execute(
+            update(Answer).where(Answer.id == "ans_inserter_theirs").values(done)
+        )
+    assert await stored(engine, "ans_inserter_ours") == await stored(engine, "ans_inserter_theirs")
+    other = await stored(engine, "ans_inserter_other")
+    assert other["status"] == "in_progress" and other["text"] == ""
+    await transactions_are_whole(
+        engine, ["ans_inserter_other", "ans_inserter_ours", "ans_inserter_theirs"]
+    )
 
 
 async def test_a_refused_row_is_sqlalchemys_error_and_leaves_the_connection_as_it_was(
