@@ -68,8 +68,10 @@ def test_upgrade_downgrade_upgrade_and_models_agree(scratch_url: str) -> None:
 
 
 def test_every_tenant_table_has_a_tenant_id() -> None:
+    # The local engine's tables are the stand-in upstream's, which knows no tenants (as the
+    # Messages API knows only Citegate's key).
     for name, table in Base.metadata.tables.items():
-        if name != "tenants":
+        if name != "tenants" and not name.startswith("local_engine_"):
             assert "tenant_id" in table.columns, name
 
 
