@@ -82,5 +82,9 @@ def test_a_local_engine_batch_survives_a_kill_and_is_answered_once(
     assert [r["custom_id"] for r in results] == [f"q{n}" for n in range(count)]
     assert {r["status"] for r in results} == {"succeeded"}
     # Each request answered once by the engine, and stored once as an answer.
-    assert scalar(database_url, "SELECT count(*) FROM local_engine_results") == count
+    of_batch = (
+        "SELECT count(*) FROM local_engine_results WHERE batch_id = "
+        "(SELECT upstream_batch_id FROM answer_batches WHERE id = :b)"
+    )
+    assert scalar(database_url, of_batch, b=batch_id) == count
     assert count_batch_answers(database_url, batch_id) == (count, count)
