@@ -158,6 +158,7 @@ class FakeUpstream:
         # Statuses the next batch creations answer with instead of the batch, each after making
         # the batch (True) or not (False).
         self.batch_failures: deque[tuple[int, bool]] = deque()
+        self.create_delay = 0.0  # seconds between making a batch and answering with it
         self.app = Starlette(
             routes=[
                 Route("/v1/messages", self._answer, methods=["POST"]),
@@ -185,6 +186,7 @@ class FakeUpstream:
         self.new_batch = {}
         self.batch_result = succeeded
         self.batch_failures = deque()
+        self.create_delay = 0.0
 
     def paths(self) -> list[str]:
         return [recorded.path for recorded in self.requests]
@@ -204,8 +206,11 @@ class FakeUpstream:
                 setattr(batch, name, value)
             self.batches[batch.id] = batch
         if status != 200:
-            reply = error(status, "api_error", "Internal server error")
+            kind = "invalid_request_error" if status == 400 else "api_error"
+            reply = error(status, kind, "Scripted failure")
             return Response(json.dumps(reply.body), status, reply.headers, "application/json")
+        if self.create_delay:
+            await asyncio.sleep(self.create_delay)
         return self._json(batch.describe())
 
     async def _list_batches(self, request: Request) -> Response:

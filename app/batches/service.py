@@ -9,6 +9,7 @@ so its Answer is stored once however often its result is read.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import secrets
 from collections.abc import Awaitable, Callable, Sequence
@@ -273,16 +274,14 @@ async def send_batch(
                 )
         return int(done.rowcount)
 
+    renewing = asyncio.get_running_loop().create_task(renew())
     try:
-        async with anyio.create_task_group() as group:
-            group.start_soon(renew)
-            try:
-                upstream = await context.upstream.create_batch(content)
-            finally:
-                group.cancel_scope.cancel()
+        upstream = await context.upstream.create_batch(content)
     except UpstreamError:
         await release(upstream_sent_at=utcnow(), next_poll_at=retry_at)
         raise
+    finally:
+        renewing.cancel()
     recorded = await release(
         status="in_progress",
         upstream_batch_id=upstream.id,

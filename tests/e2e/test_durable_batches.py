@@ -5,17 +5,30 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
+import pytest
 from sqlalchemy import text
 from sqlalchemy.pool import NullPool
 
 from app.db.engine import create_engine
-from tests.conftest import free_port
-from tests.e2e.test_batches import all_results, count_batch_answers, store_text, wait_ended
+from app.settings import Settings
+from tests.conftest import behind, free_port
+from tests.e2e.test_batches import (
+    FAST,
+    all_results,
+    count_batch_answers,
+    lone_fake,
+    store_text,
+    wait_ended,
+)
 from tests.e2e.test_shutdown import CitegateProcess
-from tests.fake_upstream import GRASS
+from tests.fake_upstream import GRASS, FakeUpstream, Reply, message
+
+__all__ = ["lone_fake"]  # a fixture of test_batches.py, used here too
 
 FAST_ENV = {
     "CITEGATE_BATCH_POLL_SECONDS": "0.05",
@@ -88,3 +101,134 @@ def test_a_local_engine_batch_survives_a_kill_and_is_answered_once(
     )
     assert scalar(database_url, of_batch, b=batch_id) == count
     assert count_batch_answers(database_url, batch_id) == (count, count)
+
+
+@pytest.fixture
+def faked(settings: Settings, fake: FakeUpstream, client: httpx.Client) -> Iterator[httpx.Client]:
+    """Citegate behind the fake upstream, polling fast, with a daily token limit."""
+    fake.reset(Reply(200, message([])))
+    with (
+        behind(settings, fake, **FAST, token_limit_per_day=TOKEN_LIMIT) as app,
+        httpx.Client(base_url=app.base_url, timeout=60) as api,
+    ):
+        yield api
+
+
+TOKEN_LIMIT = 1500  # an answer of the fake's spends 965 tokens: more than one answer's worth
+CREATE = "/v1/messages/batches"
+
+
+def create(api: httpx.Client, count: int = 2) -> dict[str, Any]:
+    grass = store_text(api, GRASS, "Colours")
+    one = {"question": "What color is the grass?", "document_ids": [grass]}
+    requests = [{"custom_id": f"q{n}", **one} for n in range(count)]
+    created = api.post("/v1/answer-batches", json={"requests": requests})
+    assert created.status_code == 201, created.text
+    body: dict[str, Any] = created.json()
+    return body
+
+
+def creations(fake: FakeUpstream) -> int:
+    return sum(1 for r in fake.requests if r.path == CREATE and r.body)
+
+
+def test_a_500_after_the_upstream_made_the_batch_is_not_retried_and_the_batch_adopted(
+    faked: httpx.Client, fake: FakeUpstream, database_url: str
+) -> None:
+    fake.batch_failures.append((500, True))
+    batch = create(faked)
+    assert batch["status"] == "validating"  # the upstream's answer is not known
+    ended = wait_ended(faked, batch["id"])
+    assert ended["request_counts"]["succeeded"] == 2
+    assert creations(fake) == 1  # never sent again: the upstream had made it
+    assert len(fake.batches) == 1
+    assert count_batch_answers(database_url, batch["id"]) == (2, 2)
+
+
+def test_a_500_before_the_upstream_made_the_batch_is_sent_again_once(
+    faked: httpx.Client, fake: FakeUpstream, database_url: str
+) -> None:
+    fake.batch_failures.append((500, False))
+    batch = create(faked)
+    assert batch["status"] == "validating"
+    ended = wait_ended(faked, batch["id"])
+    assert ended["request_counts"]["succeeded"] == 2
+    assert creations(fake) == 2
+    assert len(fake.batches) == 1
+    assert count_batch_answers(database_url, batch["id"]) == (2, 2)
+
+
+def test_a_refusal_that_made_nothing_is_retried_or_stores_nothing(
+    faked: httpx.Client, fake: FakeUpstream
+) -> None:
+    fake.batch_failures.append((529, False))  # overloaded: retried at once
+    batch = create(faked)
+    assert batch["status"] == "in_progress"
+    assert (creations(fake), len(fake.batches)) == (2, 1)
+
+    fake.batch_failures.append((400, False))  # refused: the batch is not stored
+    grass = store_text(faked, GRASS, "Colours")
+    requests = [{"custom_id": "a", "question": "Q?", "document_ids": [grass]}]
+    refused = faked.post("/v1/answer-batches", json={"requests": requests})
+    assert refused.status_code == 422, refused.text
+    assert refused.json()["code"] == "upstream_rejected"
+    assert [b["id"] for b in faked.get("/v1/answer-batches").json()["data"]] == [batch["id"]]
+
+
+def test_batch_answers_spend_the_keys_daily_tokens(faked: httpx.Client, fake: FakeUpstream) -> None:
+    batch = create(faked)
+    assert wait_ended(faked, batch["id"])["request_counts"]["succeeded"] == 2
+    # Two answers of 965 tokens: past the day's limit, as two answers asked alone would be.
+    grass = store_text(faked, GRASS, "Colours")
+    asked = faked.post("/v1/answers", json={"question": "Q?", "document_ids": [grass]})
+    assert asked.status_code == 429, asked.text
+    assert asked.json()["code"] == "rate_limited"
+    requests = [{"custom_id": "a", "question": "Q?", "document_ids": [grass]}]
+    again = faked.post("/v1/answer-batches", json={"requests": requests})
+    assert again.status_code == 429
+    assert not any(r.path == "/v1/messages" for r in fake.requests)
+
+
+def test_a_process_killed_after_the_upstream_made_its_batch_has_it_adopted_when_started_again(
+    tmp_path: Path, lone_fake: FakeUpstream, client: httpx.Client, database_url: str
+) -> None:
+    env = {"ANTHROPIC_API_KEY": "sk-ant-dummy", "ANTHROPIC_BASE_URL": lone_fake.base_url}
+    lone_fake.create_delay = 60  # the batch is made; its id never reaches Citegate
+    first, base_url = serve(tmp_path, database_url, **env)
+    try:
+        with httpx.Client(base_url=base_url, timeout=60) as api:
+            grass = store_text(api, GRASS, "Colours")
+            one = {"question": "Q?", "document_ids": [grass]}
+            requests = [{"custom_id": f"q{n}", **one} for n in range(3)]
+            with pytest.raises(httpx.ReadTimeout):
+                api.post("/v1/answer-batches", json={"requests": requests}, timeout=3)
+        assert len(lone_fake.batches) == 1
+    finally:
+        first.stop()  # SIGKILL
+    [batch_id] = [
+        row
+        for row in [scalar_text(database_url, "SELECT id FROM answer_batches")]
+        if row is not None
+    ]
+    lone_fake.create_delay = 0
+    second, base_url = serve(tmp_path, database_url, **env)
+    try:
+        with httpx.Client(base_url=base_url, timeout=60) as api:
+            batch = wait_ended(api, batch_id, timeout=60)
+    finally:
+        second.stop()
+    assert batch["request_counts"]["succeeded"] == 3
+    assert creations(lone_fake) == 1
+    assert len(lone_fake.batches) == 1
+    assert count_batch_answers(database_url, batch_id) == (3, 3)
+
+
+def scalar_text(database_url: str, query: str) -> str | None:
+    async def read() -> str | None:
+        engine = create_engine(database_url, poolclass=NullPool)
+        async with engine.connect() as connection:
+            value = (await connection.execute(text(query))).scalar_one_or_none()
+        await engine.dispose()
+        return None if value is None else str(value)
+
+    return asyncio.run(read())
