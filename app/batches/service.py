@@ -2,8 +2,9 @@
 
 Each question is checked and built exactly as createAnswer builds it (``answers.service.
 prepare``); one that cannot be asked is an ``errored`` result at once. The batch and every
-request are rows, written in one transaction once the upstream has accepted the batch; the
-poller (``app.batches.poller``) stores the results. A request's answer id is fixed at creation,
+request are rows, written in one transaction before the upstream is asked (``store_batch``);
+the poller (``app.batches.poller``) settles a batch whose upstream batch is not known, and
+stores the results. A request's answer id is fixed at creation,
 so its Answer is stored once however often its result is read.
 """
 
