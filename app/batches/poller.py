@@ -344,14 +344,15 @@ class BatchPoller:
                 ],
             )
             await self._renew(connection, batch.id)
-        principal = Principal(batch.tenant_id, batch.key_id)
+        tokens = 0
         for _, (status, _), values in stored:
             self._metrics.batch_results.labels(status).inc()
             if values is not None:
                 count_stored(self._metrics, values)
-                # As an answer asked alone spends them (a chunk stored twice is not: its
-                # requests are no longer pending).
-                await self._context.limits.spend_tokens(principal, sum(values["usage"].values()))
+                tokens += sum(values["usage"].values())
+        # Spent as answers asked alone spend them, once per chunk stored (a chunk read again is
+        # not stored again: its requests are no longer pending).
+        await self._context.limits.spend_tokens(Principal(batch.tenant_id, batch.key_id), tokens)
 
     async def _renew(self, connection: AsyncConnection, batch_id: str) -> None:
         renewed = await connection.execute(
