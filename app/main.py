@@ -80,7 +80,15 @@ def create_app(settings: Settings | None = None, *, own_process: bool = False) -
         if settings.upstream_name == "local":
             log.warning("no ANTHROPIC_API_KEY: questions are answered by the local engine")
             answerer = LocalEngine()
-            local_batches = LocalBatches(answerer, lifetime=settings.local_batch_lifetime_seconds)
+            # Its batches are rows of this database: every worker and replica serves them, and
+            # one started again answers those a stopped one left.
+            local_batches = LocalBatches(
+                answerer,
+                engine,
+                lifetime=settings.local_batch_lifetime_seconds,
+                lease_seconds=settings.batch_lease_seconds,
+            )
+            local_batches.start()
             local = create_local_engine_app(answerer, local_batches)
         transport = create_transport(settings, local)
         app.state.answer_context = AnswerContext(

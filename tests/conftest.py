@@ -34,6 +34,8 @@ from app.db.models import (
     Collection,
     Conversation,
     Document,
+    LocalEngineBatch,
+    LocalEngineResult,
     Tenant,
 )
 from app.http_protocol import HeaderTimeoutProtocol
@@ -167,6 +169,8 @@ async def _delete_everything(url: str) -> None:
         await connection.execute(delete(AnswerBatchRequest))
         await connection.execute(delete(Answer))
         await connection.execute(delete(AnswerBatch))
+        await connection.execute(delete(LocalEngineResult))
+        await connection.execute(delete(LocalEngineBatch))
         await connection.execute(delete(Conversation))
         await connection.execute(delete(Collection))
         await connection.execute(delete(Document))  # blobs and chunks go by cascade

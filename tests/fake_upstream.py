@@ -107,6 +107,7 @@ class FakeBatch:
     # A day from now, as the real API sets it: a fixed date became, once it had passed, a batch
     # the poller gives up as expired.
     expires_at: str = field(default_factory=lambda: _iso(datetime.now(UTC) + timedelta(days=1)))
+    created_at: str = field(default_factory=lambda: _iso(datetime.now(UTC)))
     polls: int = 0
 
     @property
@@ -128,7 +129,7 @@ class FakeBatch:
                 "canceled": len(self.requests) if ended and self.canceled else 0,
                 "expired": 0,
             },
-            "created_at": "2026-12-01T09:00:00Z",
+            "created_at": self.created_at,
             "expires_at": self.expires_at,
             "ended_at": "2026-12-01T09:05:00Z" if ended else None,
             "cancel_initiated_at": "2026-12-01T09:01:00Z" if self.canceled else None,
@@ -154,11 +155,16 @@ class FakeUpstream:
         self.batches: dict[str, FakeBatch] = {}
         self.new_batch: dict[str, Any] = {}  # FakeBatch fields of the next batches created
         self.batch_result = succeeded
+        # Statuses the next batch creations answer with instead of the batch, each after making
+        # the batch (True) or not (False).
+        self.batch_failures: deque[tuple[int, bool]] = deque()
+        self.create_delay = 0.0  # seconds between making a batch and answering with it
         self.app = Starlette(
             routes=[
                 Route("/v1/messages", self._answer, methods=["POST"]),
                 Route("/v1/messages/count_tokens", self._answer, methods=["POST"]),
                 Route("/v1/messages/batches", self._create_batch, methods=["POST"]),
+                Route("/v1/messages/batches", self._list_batches, methods=["GET"]),
                 Route("/v1/messages/batches/{batch_id}", self._get_batch, methods=["GET"]),
                 Route(
                     "/v1/messages/batches/{batch_id}/cancel", self._cancel_batch, methods=["POST"]
@@ -179,6 +185,8 @@ class FakeUpstream:
         self.batches = {}
         self.new_batch = {}
         self.batch_result = succeeded
+        self.batch_failures = deque()
+        self.create_delay = 0.0
 
     def paths(self) -> list[str]:
         return [recorded.path for recorded in self.requests]
@@ -191,11 +199,37 @@ class FakeUpstream:
 
     async def _create_batch(self, request: Request) -> Response:
         body = await self._record(request)
-        batch = FakeBatch(f"msgbatch_fake{len(self.batches):04d}", body["requests"])
-        for name, value in self.new_batch.items():
-            setattr(batch, name, value)
-        self.batches[batch.id] = batch
+        status, made = self.batch_failures.popleft() if self.batch_failures else (200, True)
+        if made:
+            batch = FakeBatch(f"msgbatch_fake{len(self.batches):04d}", body["requests"])
+            for name, value in self.new_batch.items():
+                setattr(batch, name, value)
+            self.batches[batch.id] = batch
+        if status != 200:
+            kind = "invalid_request_error" if status == 400 else "api_error"
+            reply = error(status, kind, "Scripted failure")
+            return Response(json.dumps(reply.body), status, reply.headers, "application/json")
+        if self.create_delay:
+            await asyncio.sleep(self.create_delay)
         return self._json(batch.describe())
+
+    async def _list_batches(self, request: Request) -> Response:
+        """Newest first, ``limit`` and ``after_id`` as the API pages them."""
+        await self._record(request)
+        newest = list(reversed(self.batches.values()))
+        after_id = request.query_params.get("after_id")
+        if after_id is not None:
+            newest = newest[[b.id for b in newest].index(after_id) + 1 :]
+        limit = int(request.query_params.get("limit", "20"))
+        page = newest[:limit]
+        return self._json(
+            {
+                "data": [batch.describe() for batch in page],
+                "first_id": page[0].id if page else None,
+                "last_id": page[-1].id if page else None,
+                "has_more": len(newest) > limit,
+            }
+        )
 
     async def _get_batch(self, request: Request) -> Response:
         await self._record(request)

@@ -27,17 +27,20 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from app.answers.context import AnswerContext
 from app.answers.request import Prepared, passages_asked
 from app.answers.store import Reply, answer_row, count_stored
-from app.batches.service import PENDING
+from app.auth.keys import Principal
+from app.batches.service import PENDING, made_nothing, send_batch
 from app.db.models import Answer, AnswerBatch, AnswerBatchRequest, utcnow
 from app.documents.sources import SourceDocument, load_sources, request_limits, sent_blocks
 from app.errors import CitegateError, ErrorCode, problem_body, problem_of
 from app.upstream.errors import UpstreamError, error_of_body
-from app.upstream.wire import BatchResult, Message
+from app.upstream.wire import BatchResult, Message, MessageBatch
 
 log = logging.getLogger(__name__)
 
 RESULTS_PER_TRANSACTION = 200
 _DUE_PER_ROUND = 20
+# How far the upstream's clock may be behind ours, when its batches are matched by creation time.
+CLOCK_SKEW = timedelta(minutes=1)
 # The upstream ends a batch when it expires; one still not ended (or not found) this long after
 # is given up, its requests without results expired.
 EXPIRY_GRACE = timedelta(hours=1)
@@ -124,9 +127,11 @@ class BatchPoller:
     async def _poll(self, batch_id: str) -> None:
         async with self._context.engine.connect() as connection:
             batch = (
-                await connection.execute(select(AnswerBatch).where(AnswerBatch.id == batch_id))
+                await connection.execute(select(*_POLLED).where(AnswerBatch.id == batch_id))
             ).one()
-        assert batch.upstream_batch_id is not None  # a batch without one is ended at creation
+        if batch.upstream_batch_id is None:  # validating: its upstream batch is not known yet
+            await self._reconcile(batch)
+            return
         try:
             upstream = await self._context.upstream.get_batch(batch.upstream_batch_id)
             if upstream.processing_status == "ended":
@@ -151,6 +156,128 @@ class BatchPoller:
                 await self._end(batch.id, "expired", None)
             else:
                 await self._release(batch.id, batch.polls_unchanged + 1, None)
+
+    async def _reconcile(self, batch: Any) -> None:
+        """Settle a batch written before its upstream batch was known (its creator failed to
+        learn the outcome, or stopped): adopt the upstream batch made for it, or, once none has
+        appeared for ``batch_poll_max_seconds`` after the last sending, send it again."""
+        try:
+            if self._overdue(batch):
+                await self._end(batch.id, "expired", None)
+                return
+            found = await self._made_for(batch)
+            if len(found) == 1:
+                [upstream] = found
+                log.warning("answer batch %s: adopting upstream batch %s", batch.id, upstream.id)
+                await self._adopt(batch.id, upstream)
+                return
+            if found:  # never guessed: the rows would take another batch's results
+                log.error(
+                    "answer batch %s: %d upstream batches could be its own", batch.id, len(found)
+                )
+            else:
+                settle = timedelta(seconds=self._settings.batch_poll_max_seconds)
+                sent_at = batch.upstream_sent_at or batch.created_at
+                if self._clock() >= sent_at + settle:
+                    await self._send_again(batch)
+                    return
+            await self._release(batch.id, batch.polls_unchanged + 1, None)
+        except LeaseLost:
+            log.warning("answer batch %s was taken by another process", batch.id)
+        except Exception as exc:
+            if isinstance(exc, UpstreamError):
+                log.warning("reconciling answer batch %s failed: %s", batch.id, exc.code)
+            else:
+                log.exception("reconciling answer batch %s failed", batch.id)
+            self._metrics.batch_poll_errors.inc()
+            await self._release(batch.id, batch.polls_unchanged + 1, None)
+
+    async def _made_for(self, batch: Any) -> list[MessageBatch]:
+        """The upstream batches no row names, made since the batch was written (give or take
+        the clocks' difference), with as many requests as it sent."""
+        async with self._context.engine.connect() as connection:
+            sent = await connection.scalar(
+                select(func.count()).where(
+                    AnswerBatchRequest.batch_id == batch.id, AnswerBatchRequest.status == PENDING
+                )
+            )
+        since = batch.created_at - CLOCK_SKEW
+        candidates: list[MessageBatch] = []
+        after_id = None
+        while True:
+            page = await self._context.upstream.list_batches(after_id)
+            for upstream in page.data:
+                counts = upstream.request_counts
+                total = (
+                    counts.processing
+                    + counts.succeeded
+                    + counts.errored
+                    + counts.canceled
+                    + counts.expired
+                )
+                if upstream.created_at >= since and total == sent:
+                    candidates.append(upstream)
+            if not page.has_more or not page.data or page.data[-1].created_at < since:
+                break
+            after_id = page.data[-1].id
+        if not candidates:
+            return []
+        async with self._context.engine.connect() as connection:
+            named = set(
+                (
+                    await connection.scalars(
+                        select(AnswerBatch.upstream_batch_id).where(
+                            AnswerBatch.upstream_batch_id.in_([c.id for c in candidates])
+                        )
+                    )
+                ).all()
+            )
+        return [upstream for upstream in candidates if upstream.id not in named]
+
+    async def _adopt(self, batch_id: str, upstream: MessageBatch) -> None:
+        async with self._context.engine.begin() as connection:
+            adopted = await connection.execute(
+                self._ours(update(AnswerBatch), batch_id)
+                .where(AnswerBatch.status == "validating")
+                .values(
+                    status="in_progress",
+                    upstream_batch_id=upstream.id,
+                    upstream_body=None,
+                    expires_at=upstream.expires_at,
+                    next_poll_at=self._clock(),
+                    polls_unchanged=0,
+                    lease_owner=None,
+                    lease_until=None,
+                )
+            )
+        if adopted.rowcount != 1:
+            raise LeaseLost
+
+    async def _send_again(self, batch: Any) -> None:
+        """Send the kept body again, as its creator did (``service.send_batch``)."""
+        async with self._context.engine.connect() as connection:
+            content = await connection.scalar(
+                select(AnswerBatch.upstream_body).where(AnswerBatch.id == batch.id)
+            )
+        if content is None:  # settled meanwhile
+            return
+        log.warning("answer batch %s: no upstream batch was made for it; sending again", batch.id)
+        retry_at = self._clock() + timedelta(seconds=self._settings.batch_poll_seconds)
+        try:
+            await send_batch(self._context, batch.id, self.owner, bytes(content), retry_at)
+        except UpstreamError as exc:
+            answered = exc.answered
+            if made_nothing(exc) and answered is not None and answered.status not in (429, 529):
+                # Refused for good: every request carries the refusal.
+                async with self._context.engine.begin() as connection:
+                    await connection.execute(
+                        update(AnswerBatch)
+                        .where(AnswerBatch.id == batch.id, AnswerBatch.lease_owner.is_(None))
+                        .values(lease_owner=self.owner, lease_until=self._lease_end())
+                    )
+                await self._end(batch.id, "errored", problem_of(exc))
+                return
+            raise
 
     def _overdue(self, batch: Any) -> bool:
         """The upstream should have ended the batch long ago: it is given up."""
@@ -217,10 +344,15 @@ class BatchPoller:
                 ],
             )
             await self._renew(connection, batch.id)
+        tokens = 0
         for _, (status, _), values in stored:
             self._metrics.batch_results.labels(status).inc()
             if values is not None:
                 count_stored(self._metrics, values)
+                tokens += sum(values["usage"].values())
+        # Spent as answers asked alone spend them, once per chunk stored (a chunk read again is
+        # not stored again: its requests are no longer pending).
+        await self._context.limits.spend_tokens(Principal(batch.tenant_id, batch.key_id), tokens)
 
     async def _renew(self, connection: AsyncConnection, batch_id: str) -> None:
         renewed = await connection.execute(
@@ -271,7 +403,11 @@ class BatchPoller:
             )
             await connection.execute(
                 self._ours(update(AnswerBatch), batch_id).values(
-                    status="ended", ended_at=self._clock(), lease_owner=None, lease_until=None
+                    status="ended",
+                    ended_at=self._clock(),
+                    lease_owner=None,
+                    lease_until=None,
+                    upstream_body=None,
                 )
             )
         if left.rowcount:
@@ -285,6 +421,9 @@ class BatchPoller:
         for status in ("validating", "in_progress", "canceling", "ended"):
             self._metrics.batches.labels(status).set(counts.get(status, 0))
 
+
+# A batch's columns but the body it keeps until its upstream batch is known.
+_POLLED = [column for column in AnswerBatch.__table__.c if column.name != "upstream_body"]
 
 _SET_RESULT = (
     update(AnswerBatchRequest)

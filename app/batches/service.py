@@ -2,14 +2,17 @@
 
 Each question is checked and built exactly as createAnswer builds it (``answers.service.
 prepare``); one that cannot be asked is an ``errored`` result at once. The batch and every
-request are rows, written in one transaction once the upstream has accepted the batch; the
-poller (``app.batches.poller``) stores the results. A request's answer id is fixed at creation,
+request are rows, written in one transaction before the upstream is asked (``store_batch``);
+the poller (``app.batches.poller``) settles a batch whose upstream batch is not known, and
+stores the results. A request's answer id is fixed at creation,
 so its Answer is stored once however often its result is read.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import secrets
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -18,7 +21,7 @@ from typing import Any, Protocol, TypeVar
 import anyio
 import orjson
 from pydantic import ValidationError
-from sqlalchemy import func, insert, select
+from sqlalchemy import delete, func, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.answers.context import AnswerContext
@@ -39,7 +42,8 @@ from app.errors import (
 )
 from app.ids import new_id
 from app.pagination import Page, decode_index_cursor, paginate
-from app.upstream.wire import MAX_BATCH_BYTES
+from app.upstream.errors import UpstreamError
+from app.upstream.wire import MAX_BATCH_BYTES, MessageBatch
 
 log = logging.getLogger(__name__)
 
@@ -171,56 +175,141 @@ async def create_batch(
 async def store_batch(
     principal: Principal, questions: Sequence[BatchQuestion], context: AnswerContext
 ) -> AnswerBatch:
-    """Send the questions that can be asked upstream as one Message Batch; store the batch and
-    all its requests in one transaction. When the upstream refuses, nothing is stored."""
+    """Store the batch and all its requests, then send the questions that can be asked
+    upstream as one Message Batch.
+
+    The rows come first (status ``validating``, the body kept), so that no upstream batch can
+    exist that no row names. The upstream's answer settles the batch: accepted, it is
+    ``in_progress`` with its upstream id; refused (a status that says no batch was made),
+    the rows are deleted and the refusal raised, nothing stored; anything else (a 5xx, a
+    timeout, a lost connection, a crash) may have made the batch, so it stays ``validating``
+    and the poller reconciles it (``app.batches.poller``): it adopts the upstream batch made
+    for it, or sends the body again once none was.
+    """
     now = utcnow()
-    upstream = None
+    content = None
     if any(question.prepared is not None for question in questions):
         await context.limits.check_tokens(principal)
         content = await anyio.to_thread.run_sync(batch_body, questions)
-        upstream = await context.upstream.create_batch(content)
-        del content
+    creator = secrets.token_hex(8)
+    lease = timedelta(seconds=context.settings.batch_lease_seconds)
     batch_id = new_id("batch")
     batch: dict[str, Any] = {
         "id": batch_id,
         "tenant_id": principal.tenant_id,
-        "status": "in_progress" if upstream else "ended",
-        "upstream_batch_id": upstream.id if upstream else None,
+        "key_id": principal.key_id,
+        "status": "validating" if content is not None else "ended",
+        "upstream_batch_id": None,
+        "upstream_body": content,
+        "upstream_sent_at": now if content is not None else None,
         "request_count": len(questions),
         "created_at": now,
-        "expires_at": upstream.expires_at if upstream else now + BATCH_LIFETIME,
-        "ended_at": None if upstream else now,
+        "expires_at": now + BATCH_LIFETIME,
+        "ended_at": None if content is not None else now,
         "cancel_requested_at": None,
         "next_poll_at": now + timedelta(seconds=context.settings.batch_poll_seconds),
         "polls_unchanged": 0,
-        "lease_owner": None,
-        "lease_until": None,
+        "lease_owner": creator if content is not None else None,
+        "lease_until": now + lease if content is not None else None,
     }
     rows = [
         _request_row(batch_id, principal.tenant_id, position, question)
         for position, question in enumerate(questions)
     ]
-    try:
-        async with context.engine.begin() as connection:
-            await connection.execute(insert(AnswerBatch), [batch])
-            await connection.execute(insert(AnswerBatchRequest), rows)
-    except BaseException:
-        if upstream is not None:
-            with anyio.CancelScope(shield=True):
-                await _cancel_quietly(context, upstream.id)
-        raise
+    async with context.engine.begin() as connection:
+        await connection.execute(insert(AnswerBatch), [batch])
+        await connection.execute(insert(AnswerBatchRequest), rows)
     for row in rows:
         if row["status"] != PENDING:
             context.metrics.batch_results.labels(row["status"]).inc()
+    del batch["upstream_body"]
+    if content is None:
+        return AnswerBatch(**batch)
+    try:
+        retry_at = now + timedelta(seconds=context.settings.batch_poll_seconds)
+        upstream = await send_batch(context, batch_id, creator, content, retry_at)
+    except UpstreamError as exc:
+        if not made_nothing(exc):
+            log.warning("answer batch %s: the upstream's answer is unknown (%s)", batch_id, exc)
+            return AnswerBatch(**batch)
+        async with context.engine.begin() as connection:
+            await connection.execute(delete(AnswerBatch).where(AnswerBatch.id == batch_id))
+        raise
+    if upstream is not None:
+        batch |= {"status": "in_progress", "upstream_batch_id": upstream.id}
+        batch |= {"expires_at": upstream.expires_at, "upstream_sent_at": now}
     return AnswerBatch(**batch)
 
 
+def made_nothing(exc: UpstreamError) -> bool:
+    """Whether the upstream's error says it made no batch: a 4xx, or overloaded (529)."""
+    answered = exc.answered
+    return answered is not None and (answered.status < 500 or answered.status == 529)
+
+
+async def send_batch(
+    context: AnswerContext, batch_id: str, holder: str, content: bytes, retry_at: datetime
+) -> MessageBatch | None:
+    """Create the upstream batch of a ``validating`` batch that ``holder`` leases, the lease
+    renewed while the upstream is asked; record it (and drop the body). None when the batch
+    was settled meanwhile by another process (this upstream batch then cancelled: a second).
+    An error is raised with the batch left as it was, its lease given up until ``retry_at``
+    (when the poller reconciles it)."""
+    lease = context.settings.batch_lease_seconds
+    ours = (AnswerBatch.id == batch_id, AnswerBatch.lease_owner == holder)
+
+    async def renew() -> None:
+        while True:
+            await anyio.sleep(lease / 3)
+            async with context.engine.begin() as connection:
+                until = utcnow() + timedelta(seconds=lease)
+                await connection.execute(update(AnswerBatch).where(*ours).values(lease_until=until))
+
+    async def release(**values: Any) -> int:
+        with anyio.CancelScope(shield=True):
+            async with context.engine.begin() as connection:
+                done = await connection.execute(
+                    update(AnswerBatch)
+                    .where(*ours, AnswerBatch.status == "validating")
+                    .values(lease_owner=None, lease_until=None, **values)
+                )
+        return int(done.rowcount)
+
+    renewing = asyncio.get_running_loop().create_task(renew())
+    try:
+        upstream = await context.upstream.create_batch(content)
+    except UpstreamError:
+        await release(upstream_sent_at=utcnow(), next_poll_at=retry_at)
+        raise
+    finally:
+        renewing.cancel()
+    recorded = await release(
+        status="in_progress",
+        upstream_batch_id=upstream.id,
+        upstream_body=None,
+        expires_at=upstream.expires_at,
+        next_poll_at=utcnow() + timedelta(seconds=context.settings.batch_poll_seconds),
+        polls_unchanged=0,
+    )
+    if recorded != 1:
+        async with context.engine.connect() as connection:
+            named = await connection.scalar(
+                select(AnswerBatch.upstream_batch_id).where(AnswerBatch.id == batch_id)
+            )
+        if named != upstream.id:  # another process made or found another: this one is extra
+            log.warning("answer batch %s: upstream batch %s is a second", batch_id, upstream.id)
+            with anyio.CancelScope(shield=True):
+                await _cancel_quietly(context, upstream.id)
+        return None
+    return upstream
+
+
 async def _cancel_quietly(context: AnswerContext, upstream_id: str) -> None:
-    """An upstream batch that could not be stored is cancelled, so that it is not paid for."""
+    """An upstream batch that no row will name is cancelled, so that it is not paid for."""
     try:
         await context.upstream.cancel_batch(upstream_id)
     except CitegateError:
-        log.warning("upstream batch %s was not stored and could not be cancelled", upstream_id)
+        log.warning("upstream batch %s is not Citegate's and could not be cancelled", upstream_id)
 
 
 def _request_row(

@@ -8,6 +8,7 @@ from typing import Any
 from sqlalchemy import (
     JSON,
     DateTime,
+    Float,
     ForeignKey,
     Index,
     Integer,
@@ -292,6 +293,13 @@ class AnswerBatch(Base):
     polls_unchanged: Mapped[int] = mapped_column(Integer, default=0)  # for the backoff
     lease_owner: Mapped[str | None] = mapped_column(String(64))
     lease_until: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    # The key whose daily tokens the answers spend (None: the service ran open).
+    key_id: Mapped[str | None] = mapped_column(String(40))
+    # Status ``validating`` with no ``upstream_batch_id``: the intent, written before the
+    # upstream is asked. ``upstream_body`` is what is sent (kept until the upstream batch is
+    # known, so that it can be sent again), ``upstream_sent_at`` when it was last sent.
+    upstream_body: Mapped[bytes | None] = mapped_column(LargeBinary, deferred=True)
+    upstream_sent_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
 
 
 class AnswerBatchRequest(Base):
@@ -321,3 +329,38 @@ class AnswerBatchRequest(Base):
     documents: Mapped[list[dict[str, Any]]] = mapped_column(JSON)
     retrieval: Mapped[dict[str, Any] | None] = mapped_column(JSON)
     error: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+
+
+class LocalEngineBatch(Base):
+    """A Message Batch of the local engine. ``body`` is the batch as it arrived (kept until the
+    batch ends, its requests read from it again after a restart); the process answering it
+    holds ``lease_owner`` / ``lease_until``. Times are seconds since the epoch (the engine's
+    clock)."""
+
+    __tablename__ = "local_engine_batches"
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    created_at: Mapped[float] = mapped_column(Float, index=True)
+    expires_at: Mapped[float] = mapped_column(Float)
+    ended_at: Mapped[float | None] = mapped_column(Float)
+    cancel_initiated_at: Mapped[float | None] = mapped_column(Float)
+    version: Mapped[str] = mapped_column(String(32))  # the anthropic-version it was sent with
+    request_count: Mapped[int] = mapped_column(Integer)
+    body: Mapped[bytes | None] = mapped_column(LargeBinary, deferred=True)
+    lease_owner: Mapped[str | None] = mapped_column(String(64))
+    lease_until: Mapped[float | None] = mapped_column(Float)
+
+
+class LocalEngineResult(Base):
+    """One line of a local batch's results file, for the request at ``position``; written
+    once (its primary key), so a request answered again after a restart is not recorded
+    twice."""
+
+    __tablename__ = "local_engine_results"
+
+    batch_id: Mapped[str] = mapped_column(
+        ForeignKey("local_engine_batches.id", ondelete="CASCADE"), primary_key=True
+    )
+    position: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
+    outcome: Mapped[str] = mapped_column(String(16))
+    line: Mapped[bytes] = mapped_column(LargeBinary)

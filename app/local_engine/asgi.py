@@ -9,9 +9,10 @@ needed: ``x-api-key`` and ``Authorization: Bearer`` are accepted and ignored. Th
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import anyio.to_thread
@@ -73,7 +74,8 @@ def create_local_engine_app(
     engine: LocalEngine | None = None, batches: LocalBatches | None = None
 ) -> Starlette:
     """The ASGI app serving ``engine`` (a new ``LocalEngine`` when none is given) and its
-    ``batches`` (``app.state.batches``; close them with ``aclose`` when done)."""
+    ``batches`` (``app.state.batches``, in a database of their own when none are given; close
+    them with ``aclose`` when done)."""
     served = engine if engine is not None else LocalEngine()
     queued = batches if batches is not None else LocalBatches(served)
 
@@ -115,7 +117,7 @@ def create_local_engine_app(
         version = check_version(request.headers.get("anthropic-version"))
         body = await _read_body(request, MAX_BATCH_BYTES)
         requests = await anyio.to_thread.run_sync(parse_batch_requests, body)
-        return JSONResponse(queued.create(requests, version))
+        return JSONResponse(await queued.create(requests, body, version))
 
     async def list_batches(request: Request) -> Response:
         query = request.query_params
@@ -126,19 +128,23 @@ def create_local_engine_app(
         if not 1 <= limit <= 1000:
             raise InvalidRequestError("limit: Input should be between 1 and 1000")
         return JSONResponse(
-            queued.page(limit, query.get("before_id"), query.get("after_id"), str(request.base_url))
+            await queued.page(
+                limit, query.get("before_id"), query.get("after_id"), str(request.base_url)
+            )
         )
 
     async def get_batch(request: Request) -> Response:
-        return JSONResponse(queued.describe(request.path_params["batch_id"], str(request.base_url)))
+        batch_id = request.path_params["batch_id"]
+        return JSONResponse(await queued.describe(batch_id, str(request.base_url)))
 
     async def cancel_batch(request: Request) -> Response:
-        return JSONResponse(queued.cancel(request.path_params["batch_id"], str(request.base_url)))
+        batch_id = request.path_params["batch_id"]
+        return JSONResponse(await queued.cancel(batch_id, str(request.base_url)))
 
     async def batch_results(request: Request) -> Response:
-        lines = queued.results(request.path_params["batch_id"])
-        first = next(lines, b"")  # errors before the status line is sent
-        return StreamingResponse(_chain(first, lines), media_type="application/binary")
+        # An unknown or unended batch is an error before the status line is sent.
+        lines = await queued.results(request.path_params["batch_id"])
+        return StreamingResponse(lines, media_type="application/binary")
 
     batch_routes = [
         ("/v1/messages/batches", create_batch, "POST"),
@@ -147,7 +153,18 @@ def create_local_engine_app(
         ("/v1/messages/batches/{batch_id}/cancel", cancel_batch, "POST"),
         ("/v1/messages/batches/{batch_id}/results", batch_results, "GET"),
     ]
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_: Starlette) -> AsyncIterator[None]:
+        # Served alone (uvicorn runs the lifespan): its batches stop with it. Embedded in
+        # Citegate, which runs no lifespan of this app, Citegate closes them.
+        try:
+            yield
+        finally:
+            await queued.aclose()
+
     app = Starlette(
+        lifespan=lifespan,
         routes=[
             Route("/v1/messages", create_message, methods=["POST"]),
             Route("/v1/messages/count_tokens", count_tokens, methods=["POST"]),
@@ -180,12 +197,6 @@ def _api_errors(
             return _error_response(_internal_error(), request_id)
 
     return answer
-
-
-def _chain(first: bytes, rest: Iterator[bytes]) -> Iterator[bytes]:
-    if first:
-        yield first
-    yield from rest
 
 
 async def _parse(request: Request, parse: Callable[[bytes, str], ParsedRequest]) -> ParsedRequest:

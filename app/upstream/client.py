@@ -18,7 +18,7 @@ from __future__ import annotations
 import email.utils
 import logging
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from functools import partial
@@ -44,7 +44,7 @@ from app.observability import Metrics, note_upstream_request_id
 from app.settings import Settings
 from app.upstream.errors import UpstreamError, error_of_body, reading, request_id_of
 from app.upstream.stream import UpstreamStream
-from app.upstream.wire import BatchResult, Message, MessageBatch, TokenCount
+from app.upstream.wire import BatchPage, BatchResult, Message, MessageBatch, TokenCount
 
 log = logging.getLogger(__name__)
 
@@ -108,6 +108,19 @@ def _is_retryable(error: BaseException) -> bool:
     return isinstance(error, _RetryableStatus | httpx.ConnectError | httpx.ConnectTimeout)
 
 
+# Statuses that say the upstream did nothing with the request: it is refused before any work.
+REFUSED_UNDONE = frozenset({429, 529})
+
+
+def _is_retryable_creation(error: BaseException) -> bool:
+    """A batch creation is retried only when the upstream certainly made no batch: a refusal
+    it gives before any work (429, 529) or no connection at all. After a 5xx or a timeout the
+    batch may exist; a retry could make a second, so the caller reconciles instead."""
+    if isinstance(error, _RetryableStatus):
+        return error.response.status_code in REFUSED_UNDONE
+    return isinstance(error, httpx.ConnectError | httpx.ConnectTimeout)
+
+
 def _wait(state: RetryCallState) -> float:
     error = state.outcome.exception() if state.outcome else None
     if isinstance(error, _RetryableStatus):
@@ -148,15 +161,19 @@ class UpstreamClient:
             log.warning("upstream attempt %d failed (%s); retrying", state.attempt_number, reason)
             metrics.upstream_retries.labels(reason).inc()
 
-        retrying = AsyncRetrying(
-            retry=retry_if_exception(_is_retryable),
-            wait=_wait,
-            stop=stop_after_attempt(settings.upstream_max_attempts)
-            | stop_before_delay(settings.upstream_max_retry_seconds),
-            before_sleep=before_retry,
-            reraise=True,
-        )
-        self._attempts = retrying.wraps(self._attempt)  # each call retried on its own
+        def retrying(retryable: Callable[[BaseException], bool]) -> AsyncRetrying:
+            return AsyncRetrying(
+                retry=retry_if_exception(retryable),
+                wait=_wait,
+                stop=stop_after_attempt(settings.upstream_max_attempts)
+                | stop_before_delay(settings.upstream_max_retry_seconds),
+                before_sleep=before_retry,
+                reraise=True,
+            )
+
+        # Each call retried on its own.
+        self._attempts = retrying(_is_retryable).wraps(self._attempt)
+        self._creation_attempts = retrying(_is_retryable_creation).wraps(self._attempt)
 
     async def create_message(
         self, body: dict[str, Any], headers: Mapping[str, str] | None = None
@@ -182,8 +199,20 @@ class UpstreamClient:
 
     async def create_batch(self, content: bytes) -> MessageBatch:
         """Create a Message Batch from its body, ``{"requests": [{"custom_id", "params"}]}``,
-        already JSON (the caller measured it against the upstream's limit)."""
-        return _batch(await self._call("POST", "/v1/messages/batches", content))
+        already JSON (the caller measured it against the upstream's limit). Retried only
+        where the upstream certainly made none (``_is_retryable_creation``); any other
+        failure may have made one, which ``list_batches`` finds."""
+        response = await self._call("POST", "/v1/messages/batches", content, creating=True)
+        return _batch(response)
+
+    async def list_batches(self, after_id: str | None = None, limit: int = 100) -> BatchPage:
+        """A page of Message Batches, newest first; ``after_id``: the page older than it."""
+        query = f"?limit={limit}" + (f"&after_id={after_id}" if after_id else "")
+        response = await self._call("GET", "/v1/messages/batches" + query)
+        try:
+            return BatchPage.model_validate_json(response.content)
+        except ValidationError as exc:
+            raise _bad(response, "something that is not a page of batches") from exc
 
     async def get_batch(self, batch_id: str) -> MessageBatch:
         return _batch(await self._call("GET", f"/v1/messages/batches/{batch_id}"))
@@ -225,15 +254,16 @@ class UpstreamClient:
         *,
         stream: bool = False,
         headers: Mapping[str, str] | None = None,
+        creating: bool = False,
     ) -> httpx.Response:
         """A successful response (its body read, unless ``stream``), after any retries; or
         ``UpstreamError``. ``headers``: the caller's ``anthropic-version`` and
-        ``anthropic-beta``, if any."""
+        ``anthropic-beta``, if any. ``creating``: retried as a creation is."""
         endpoint = _endpoint(path)
         # orjson: documents make request bodies of megabytes; the json module is slow there.
         content = orjson.dumps(body) if isinstance(body, dict) else body
         try:
-            response = await self._send(method, path, content, stream, headers)
+            response = await self._send(method, path, content, stream, headers, creating)
         except UpstreamError as exc:
             self._metrics.upstream_calls.labels(endpoint, exc.code).inc()
             note_upstream_request_id(exc.request_id)
@@ -249,9 +279,11 @@ class UpstreamClient:
         content: bytes | None,
         stream: bool,
         headers: Mapping[str, str] | None,
+        creating: bool = False,
     ) -> httpx.Response:
+        attempts = self._creation_attempts if creating else self._attempts
         try:
-            response = await self._attempts(method, path, content, stream, headers)
+            response = await attempts(method, path, content, stream, headers)
         except _RetryableStatus as exc:  # the last attempt's
             response = exc.response
         except httpx.ConnectTimeout as exc:
@@ -305,6 +337,7 @@ class UpstreamClient:
 def _endpoint(path: str) -> str:
     """The metric label of a path: its last part, a batch's id left out."""
     parts = path.split("/")
+    parts[-1] = parts[-1].partition("?")[0]
     if len(parts) > 4 and parts[3] == "batches":  # /v1/messages/batches/{id}[/...]
         return "batch/" + "/".join(parts[5:]) if len(parts) > 5 else "batch"
     return parts[-1]

@@ -84,6 +84,16 @@ class MessageBatch(BaseModel):
     ended_at: datetime | None = None
 
 
+class BatchPage(BaseModel):
+    """A page of ``GET /v1/messages/batches``: newest first."""
+
+    model_config = ConfigDict(extra="allow")
+
+    data: list[MessageBatch]
+    has_more: bool = False
+    last_id: str | None = None
+
+
 class BatchResult(BaseModel):
     """One line of a batch's results file. ``result.type``: succeeded (with ``message``),
     errored (with ``error``, an error body), canceled or expired."""
