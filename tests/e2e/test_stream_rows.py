@@ -6,11 +6,7 @@ process. Over real HTTP, on the database the suite runs on, with the fake upstre
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import signal
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -23,9 +19,9 @@ import pytest
 
 from app.settings import Settings
 from tests.conftest import behind, free_port
+from tests.e2e.test_shutdown import CitegateProcess
 from tests.fake_upstream import GRASS, FakeUpstream, Reply, sse_message
 
-CITEGATE = shutil.which("citegate", path=str(Path(sys.executable).parent))
 # Twenty blocks of text, each sent as two deltas: with a pause between events, a stream of
 # several seconds.
 WORDS = [f"Sentence {n} of a long answer. " for n in range(20)]
@@ -181,37 +177,20 @@ def test_a_live_stream_of_another_process_is_never_marked(
 
 
 @contextmanager
-def service(env: dict[str, str], port: int) -> Iterator[subprocess.Popen[bytes]]:
+def service(tmp_path: Path, env: dict[str, str], port: int) -> Iterator[CitegateProcess]:
     """``citegate serve`` in a process of its own, started; killed at the end if alive."""
-    assert CITEGATE, "the console script is installed"
-    process = subprocess.Popen(
-        [CITEGATE, "serve", "--port", str(port)],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    process = CitegateProcess(tmp_path, ["serve", "--port", str(port)], env)
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=2).raise_for_status()
-                break
-            except httpx.HTTPError:
-                assert process.poll() is None, "citegate serve ended"
-                assert time.monotonic() < deadline, "citegate serve did not start"
-                time.sleep(0.1)
+        process.wait_until_healthy(f"http://127.0.0.1:{port}")
         yield process
     finally:
-        if process.poll() is None:
-            process.kill()
-        process.wait(timeout=30)
+        process.stop()
 
 
 def test_a_stream_cut_by_kill_9_is_interrupted_with_its_text_after_a_restart(
-    client: httpx.Client, database_url: str, fake: FakeUpstream
+    client: httpx.Client, database_url: str, fake: FakeUpstream, tmp_path: Path
 ) -> None:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("CITEGATE_")}
-    env |= {
+    env = {
         "CITEGATE_DATABASE_URL": database_url,
         "ANTHROPIC_API_KEY": "sk-test",
         "ANTHROPIC_BASE_URL": fake.base_url,
@@ -220,7 +199,7 @@ def test_a_stream_cut_by_kill_9_is_interrupted_with_its_text_after_a_restart(
     port = free_port()
     base = f"http://127.0.0.1:{port}"
     with httpx.Client(base_url=base, timeout=30) as http:
-        with service(env, port) as first:
+        with service(tmp_path, env, port) as first:
             document_id = http.post(
                 "/v1/documents", json={"source": {"type": "text", "data": GRASS}}
             ).json()["id"]
@@ -232,14 +211,14 @@ def test_a_stream_cut_by_kill_9_is_interrupted_with_its_text_after_a_restart(
             reader = Reader(base, "/v1/answers", body)
             reader.wait_for(16)
             time.sleep(0.5)
-            first.send_signal(signal.SIGKILL)
+            first.process.send_signal(signal.SIGKILL)
             killed_at = time.monotonic()
-            first.wait(timeout=10)
+            first.process.wait(timeout=10)
             reader.join()
         received = reader.texts()
         assert received and received != "".join(WORDS)
         path = f"/v1/answers/{json.loads(reader.events[0][2])['id']}"
-        with service(env, port):
+        with service(tmp_path, env, port):
             answer = poll(http, path, lambda a: a["status"] != "in_progress", timeout=20)
             assert answer["status"] == "interrupted"
             # What had arrived up to two saves' intervals before the kill is there, and
