@@ -87,6 +87,7 @@ def create_app(settings: Settings | None = None, *, own_process: bool = False) -
                 engine,
                 lifetime=settings.local_batch_lifetime_seconds,
                 lease_seconds=settings.batch_lease_seconds,
+                tick=settings.batch_poll_seconds,  # the batches another process left
             )
             local_batches.start()
             local = create_local_engine_app(answerer, local_batches)

@@ -209,7 +209,8 @@ class Settings(BaseSettings):
         default=10.0,
         gt=0,
         description="How soon an open answer batch is first polled upstream; each poll that "
-        "finds it unchanged doubles the wait, up to `batch_poll_max_seconds`.",
+        "finds it unchanged doubles the wait, up to `batch_poll_max_seconds`. With the local "
+        "engine: how often a process looks for the batches a stopped process left.",
     )
     batch_poll_max_seconds: float = Field(
         default=300.0, gt=0, description="The longest wait between two polls of a batch."
