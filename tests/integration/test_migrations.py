@@ -25,7 +25,7 @@ def scratch_url(database_url: str, tmp_path: object) -> str:
     url = make_url(database_url)
     if url.drivername.startswith("sqlite"):
         return f"sqlite+aiosqlite:///{tmp_path}/migrations.db"
-    name = "citegate_migrations_test"
+    name = f"{url.database}_migrations"  # one per test database: suites side by side never share it
 
     async def recreate() -> None:
         admin = create_engine(
@@ -139,10 +139,15 @@ ANSWER_READS = {
 
 
 def test_a_conversations_and_a_batchs_answers_are_read_through_their_partial_indexes(
-    database_url: str,
+    scratch_url: str,
 ) -> None:
+    # A database of its own, freshly migrated: the plans do not depend on what other tests left
+    # in the answers table (after test_search.py's answers, the primary key's order won).
+    fresh_database(scratch_url)
+    command.upgrade(alembic_config(scratch_url), "head")
+
     async def plans() -> dict[str, list[str]]:
-        engine = create_engine(database_url, poolclass=NullPool)
+        engine = create_engine(scratch_url, poolclass=NullPool)
         found: dict[str, list[str]] = {}
         async with engine.connect() as connection:
             postgres = connection.dialect.name == "postgresql"
