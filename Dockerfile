@@ -3,8 +3,12 @@
 # Nothing secret is baked in: ANTHROPIC_API_KEY, CITEGATE_BOOTSTRAP_API_KEY and the database URL
 # come from the environment at run time.
 
+# The base of both stages. CI builds on a Debian bookworm base of its own with the same Python
+# (scripts/image-check: --build-arg PYTHON_IMAGE=...); anyone else needs nothing but this default.
+ARG PYTHON_IMAGE=python:3.11-slim-bookworm
+
 # ---- build: a virtualenv with the pinned dependencies and the app (migrations included) ----
-FROM python:3.11-slim-bookworm AS build
+FROM ${PYTHON_IMAGE} AS build
 
 ENV PIP_DISABLE_PIP_VERSION_CHECK=1 \
     PIP_NO_CACHE_DIR=1 \
@@ -30,7 +34,7 @@ RUN pip install --no-cache-dir -c requirements.lock . \
     && pip check
 
 # ---- runtime: the virtualenv alone, run by an unprivileged user ----
-FROM python:3.11-slim-bookworm AS runtime
+FROM ${PYTHON_IMAGE} AS runtime
 
 ENV PYTHONUNBUFFERED=1 \
     PYTHONDONTWRITEBYTECODE=1 \
