@@ -122,8 +122,10 @@ def answer_row(
     """The row of the answer ``reply`` gives to ``prepared``, every citation resolved. Pure:
     the same for an answer asked alone and for one of a batch (``documents`` as described when
     the batch was made). ``owner``: the process relaying it, for a stream in progress."""
+    # A stream's row in progress gets its citations' support when it ends.
+    support = None if reply.status == "in_progress" else prepared.support
     text, segments = build_segments(
-        reply.content, prepared.indexes, prepared.passages, prepared.sent
+        reply.content, prepared.indexes, prepared.passages, prepared.sent, support
     )
     return {
         "id": prepared.id,

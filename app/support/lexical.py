@@ -22,6 +22,7 @@ from typing import Any, Literal
 
 from app.support.quantities import (
     MONTH_NAMES,
+    QUANTITY_WORDS,
     Date,
     Quantity,
     dates,
@@ -195,7 +196,7 @@ def _content(words: Sequence[str], language: str, *, cjk: bool) -> list[str]:
 
 @lru_cache(maxsize=64)
 def _skipped(language: str) -> frozenset[str]:
-    return stopwords(language) | negations(language)
+    return stopwords(language) | negations(language) | QUANTITY_WORDS
 
 
 def _stems(words: Sequence[str], language: str) -> list[str]:

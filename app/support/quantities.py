@@ -95,6 +95,13 @@ _UNITS = {
     "pp": ("pp",),
 }
 _UNIT_OF = {spelling: unit for unit, spellings in _UNITS.items() for spelling in spellings}
+# The words that only say what a number is: they are compared with their numbers, not as
+# content words ("12 percent" is "12%", "$575B" is "575 billion dollars").
+QUANTITY_WORDS = frozenset(
+    word
+    for word in (*_SCALES, *_PERCENT, *_CURRENCY_WORDS, *_UNIT_OF, "percent", "per", "cent")
+    if word.isalpha() and len(word) > 1
+)
 _NUMBER_WORDS = {
     word: float(value)
     for value, word in enumerate(
