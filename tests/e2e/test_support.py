@@ -214,3 +214,114 @@ def test_a_batchs_answers_are_checked_as_each_request_asks(
         assert {s["verdict"] for s in supports(unchecked)} == {"unchecked"}
         stored = http.get(f"/v1/answers/{checked['id']}").json()
         assert stored["support_summary"] == checked["support_summary"]
+
+
+def judged(*verdicts: dict[str, Any], input_tokens: int = 321, output_tokens: int = 45) -> Reply:
+    """The judge's answer: its record_support call."""
+    call = {
+        "type": "tool_use",
+        "id": "toolu_fake01",
+        "name": "record_support",
+        "input": {"verdicts": list(verdicts)},
+    }
+    usage = {"input_tokens": input_tokens, "output_tokens": output_tokens}
+    return Reply(body=message([call], stop_reason="tool_use", usage=usage))
+
+
+def has_documents(body: dict[str, Any]) -> bool:
+    return any(
+        isinstance(block, dict) and block.get("type") in ("document", "search_result")
+        for turn in body["messages"]
+        for block in (turn["content"] if isinstance(turn["content"], list) else [])
+    )
+
+
+def test_the_judge_is_one_more_call_about_what_the_lexical_check_doubted(
+    api: httpx.Client, fake: FakeUpstream
+) -> None:
+    document_id = letter(api)
+    fake.reset(
+        Reply(body=message(CONTENT)),
+        judged({"citation": 0, "verdict": "unsupported", "reason": "31% is not 13%."}),
+    )
+    body = {"question": "How?", "document_ids": [document_id], "support": "judge"}
+    response = api.post("/v1/answers", json=body)
+    assert response.status_code == 200, response.text
+    answer = response.json()
+    assert fake.paths() == ["/v1/messages", "/v1/messages"]  # exactly one extra call
+    asked, judge = (recorded.body for recorded in fake.requests)
+    assert has_documents(asked) and not has_documents(judge)  # citations off: nothing to cite
+    assert [tool["name"] for tool in judge["tools"]] == ["record_support"]
+    assert judge["tool_choice"] == {"type": "tool", "name": "record_support"}
+    assert judge["model"] == asked["model"]
+    # Only the citation the lexical check did not find supported is judged.
+    prompt = judge["messages"][0]["content"]
+    assert "AWS revenue grew 31% that year." in prompt and "575 billion" not in prompt
+    first, second = supports(answer)
+    assert first["method"] == "lexical" and first["verdict"] == "supported"
+    assert second["method"] == "judge" and second["verdict"] == "unsupported"
+    assert second["reasons"][0]["detail"] == "31% is not 13%."
+    assert answer["usage"]["support_check"] == {"input_tokens": 321, "output_tokens": 45}
+    assert answer["usage"]["input_tokens"] == 25  # the answer's own call's, unchanged
+    assert answer["support_summary"]["unsupported"] == 1
+    assert api.get(f"/v1/answers/{answer['id']}").json() == answer
+
+
+def test_nothing_doubted_asks_no_judge(api: httpx.Client, fake: FakeUpstream) -> None:
+    document_id = letter(api)
+    fake.reset(Reply(body=message(CONTENT[:1])), judged())
+    body = {"question": "How?", "document_ids": [document_id], "support": "judge"}
+    answer = api.post("/v1/answers", json=body).json()
+    assert fake.paths() == ["/v1/messages"]
+    assert [s["verdict"] for s in supports(answer)] == ["supported"]
+    assert "support_check" not in answer["usage"]
+
+
+@pytest.mark.parametrize(
+    ("reply", "tokens"),
+    [
+        (Reply(body=message([{"type": "text", "text": "They look fine."}])), True),
+        (judged({"citation": 7, "verdict": "supported", "reason": ""}), True),
+        (Reply(400, {"type": "error", "error": {"type": "invalid_request_error"}}), False),
+    ],
+    ids=["no tool call", "wrong citation number", "refused"],
+)
+def test_a_judge_that_fails_leaves_the_lexical_verdict(
+    api: httpx.Client, fake: FakeUpstream, reply: Reply, tokens: bool
+) -> None:
+    document_id = letter(api)
+    fake.reset(Reply(body=message(CONTENT)), reply)
+    body = {"question": "How?", "document_ids": [document_id], "support": "judge"}
+    response = api.post("/v1/answers", json=body)
+    assert response.status_code == 200, response.text
+    answer = response.json()
+    assert fake.paths() == ["/v1/messages", "/v1/messages"]  # no retry of a usable refusal
+    second = supports(answer)[1]
+    assert (second["method"], second["verdict"]) == ("lexical", "partial")
+    assert [r["code"] for r in second["reasons"]] == ["number_not_in_source", "judge_failed"]
+    assert ("support_check" in answer["usage"]) is tokens
+
+
+def test_a_judged_stream_sends_lexical_verdicts_then_the_judges_in_answer_done(
+    api: httpx.Client, fake: FakeUpstream
+) -> None:
+    document_id = letter(api)
+    fake.reset(
+        Reply(events=sse_message(CONTENT)),
+        judged({"citation": 0, "verdict": "unsupported", "reason": "No."}),
+    )
+    body = {"question": "How?", "document_ids": [document_id], "support": "judge", "stream": True}
+    with connect_sse(api, "POST", "/v1/answers", json=body) as source:
+        events = [(event.event, json.loads(event.data)) for event in source.iter_sse()]
+    streamed = [data["citation"]["support"] for name, data in events if name == "citation"]
+    assert [(s["method"], s["verdict"]) for s in streamed] == [
+        ("lexical", "supported"),
+        ("lexical", "partial"),
+    ]
+    done = events[-1][1]
+    assert [(s["method"], s["verdict"]) for s in supports(done)] == [
+        ("lexical", "supported"),
+        ("judge", "unsupported"),
+    ]
+    assert done["usage"]["support_check"] == {"input_tokens": 321, "output_tokens": 45}
+    assert api.get(f"/v1/answers/{done['id']}").json() == done
