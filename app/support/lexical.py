@@ -175,7 +175,7 @@ _NOT = ("n't", "n’t")
 
 def clear_cache() -> None:
     """Forget the texts read (for benchmarks that measure a first reading)."""
-    for cached in (_read, _entities, _sentences, quantities, dates):
+    for cached in (_read, _entities, _sentences, quantities, dates, guess_language):
         cached.cache_clear()
 
 
@@ -307,9 +307,10 @@ def _negation_reasons(claim: _Text, source: _Text) -> list[Reason]:
     """Each sentence of the claim negates as the cited sentence it leans on does (one of those
     sharing most of its content words): the same count of negations, give or take two ("not
     without" is no negation)."""
-    cited = [_read(sentence, source.language) for sentence in _sentences(source.text)]
-    if not cited:
+    pieces = _sentences(source.text)
+    if not pieces:
         return []
+    cited = [source] if len(pieces) == 1 else [_read(s, source.language) for s in pieces]
     for sentence in _sentences(claim.text):
         read = _read(sentence, claim.language)
         overlaps = [len(read.stems & other.stems) for other in cited]

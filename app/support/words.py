@@ -91,6 +91,7 @@ _GUESSABLE = ("en", "de", "fr", "es")
 _local = threading.local()  # a Stemmer object is not to be shared between threads
 
 
+@lru_cache(maxsize=512)
 def guess_language(text: str) -> str:
     """The language of ``text`` as an ISO 639-1 code, from its script and common words: good
     enough to choose a stemmer and stop words; English when nothing says otherwise."""
@@ -106,11 +107,10 @@ def guess_language(text: str) -> str:
         return "el"
     if _ARABIC.search(text):
         return "ar"
-    words = [word.lower() for word in TOKEN.findall(text[:2000])]
+    words = set(TOKEN.findall(text[:2000].lower()))
     best, best_count = "en", 0
     for lang in _GUESSABLE:
-        stop = STOPWORDS[lang]
-        count = sum(1 for word in words if word in stop)
+        count = len(STOPWORDS[lang] & words)  # the distinct common words of each language
         if count > best_count:
             best, best_count = lang, count
     return best
