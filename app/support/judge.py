@@ -18,6 +18,7 @@ from app.support.lexical import Reason, Support
 TOOL_NAME = "record_support"
 JUDGE_FAILED = "judge_failed"
 _VERDICTS = ("supported", "partial", "unsupported")
+_JUDGED_CODES = {"partial": "judge_partial", "unsupported": "judge_unsupported"}
 # The instructions' last line, which the local engine looks for to tell a judge call.
 MARKER = "Judge each item with the record_support tool."
 
@@ -121,7 +122,7 @@ def _support(verdict: str, reason: str) -> Support:
     reasons: tuple[Reason, ...] = ()
     if verdict != "supported":
         detail = reason or f"The judge found the claim {verdict}."
-        reasons = (Reason(f"judge_{verdict}", "", detail),)
+        reasons = (Reason(_JUDGED_CODES[verdict], "", detail),)
     return Support(verdict, score, reasons, method="judge")  # type: ignore[arg-type]
 
 
