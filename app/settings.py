@@ -117,6 +117,16 @@ class Settings(BaseSettings):
     )
     max_tokens: int = Field(default=1024, ge=1, le=128_000)
     system_prompt: str | None = Field(default=None, description="Default system prompt.")
+    support_check: Literal["lexical", "judge", "off"] = Field(
+        default="lexical",
+        description="How each citation's support is checked when a question does not say: "
+        "`lexical` (in-process, milliseconds), `judge` (also one upstream call per answer "
+        "about the citations `lexical` did not find supported), `off` (`unchecked`).",
+    )
+    support_judge_model: str | None = Field(
+        default=None,
+        description="The model that judges support; the answer's own model when unset.",
+    )
     upstream_connect_timeout: float = Field(default=5.0, gt=0)
     upstream_read_timeout: float = Field(default=300.0, gt=0)
     upstream_max_connections: int = Field(

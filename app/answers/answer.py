@@ -55,6 +55,31 @@ class Span(BaseModel):
     )
 
 
+SupportMode = Literal["lexical", "judge", "off"]
+"""How citations' support is checked (``AnswerRequest.support``)."""
+
+
+class SupportReason(BaseModel):
+    """Why a citation does not (fully) support its claim."""
+
+    code: str = Field(
+        description="`number_not_in_source`, `date_not_in_source`, `unit_mismatch`, "
+        "`negation_mismatch`, `entity_not_in_source`, `low_overlap`; from the judge "
+        "`judge_partial`, `judge_unsupported` and `judge_failed`. More may be added."
+    )
+    claim: str = Field(description="The words of the claim the reason is about.")
+    detail: str
+
+
+class CitationSupport(BaseModel):
+    """Whether the cited text supports the segment that cites it."""
+
+    verdict: Literal["supported", "partial", "unsupported", "unchecked"]
+    score: float = Field(ge=0, le=1, description="How well, 0 to 1.")
+    method: Literal["lexical", "judge"]
+    reasons: list[SupportReason]
+
+
 class _Resolved(BaseModel):
     """A citation as the upstream sent it (every field kept), resolved to a stored span."""
 
@@ -64,6 +89,11 @@ class _Resolved(BaseModel):
     document_id: str | None = Field(description="The stored document cited; null for web results.")
     span: Span | None
     verified: bool = Field(description="The stored text at span matches cited_text.")
+    support: CitationSupport | None = Field(
+        default=None,
+        description="Whether cited_text supports the segment's text (absent on answers stored "
+        "before support was checked).",
+    )
 
 
 class CharLocationCitation(_Resolved):
@@ -150,15 +180,57 @@ class AnswerDocument(BaseModel):
     title: str | None
 
 
+class SupportCheckUsage(BaseModel):
+    """The tokens of the judge's call (not counted in the answer's own)."""
+
+    input_tokens: int
+    output_tokens: int
+
+
 class AnswerUsage(BaseModel):
     input_tokens: int
     output_tokens: int
     cache_creation_input_tokens: int
     cache_read_input_tokens: int
+    support_check: SupportCheckUsage | None = Field(
+        default=None, description="The support judge's call, when the answer was judged."
+    )
 
 
-USAGE_FIELDS = tuple(AnswerUsage.model_fields)
+USAGE_FIELDS = (
+    "input_tokens",
+    "output_tokens",
+    "cache_creation_input_tokens",
+    "cache_read_input_tokens",
+)
 """The token counts an answer keeps, as the upstream names them."""
+
+
+class SupportSummary(BaseModel):
+    """How many of the answer's citations have each verdict, and how many segments with text
+    cite nothing."""
+
+    supported: int
+    partial: int
+    unsupported: int
+    unchecked: int
+    uncited_segments: int
+
+
+def support_summary(segments: list[dict[str, Any]]) -> dict[str, int]:
+    """The summary of an answer's segments (as stored): a citation stored before support was
+    checked counts as unchecked."""
+    summary = dict.fromkeys(("supported", "partial", "unsupported", "unchecked"), 0)
+    uncited = 0
+    for segment in segments:
+        citations = segment.get("citations") or []
+        if not citations and any(ch.isalnum() for ch in segment.get("text") or ""):
+            uncited += 1
+        for citation in citations:
+            support = citation.get("support") if isinstance(citation, Mapping) else None
+            verdict = support.get("verdict") if isinstance(support, Mapping) else None
+            summary[verdict if verdict in summary else "unchecked"] += 1
+    return {**summary, "uncited_segments": uncited}
 
 
 class UpstreamIds(BaseModel):
@@ -184,6 +256,7 @@ _CITATION_EXAMPLE: dict[str, JsonValue] = {
         "boxes": [{"page": 2, "x0": 0.118, "y0": 0.302, "x1": 0.861, "y1": 0.318}],
     },
     "verified": True,
+    "support": {"verdict": "supported", "score": 1.0, "method": "lexical", "reasons": []},
 }
 _ANSWER_EXAMPLE: dict[str, JsonValue] = {
     "id": "ans_01jf3k4q5r6s",
@@ -212,6 +285,13 @@ _ANSWER_EXAMPLE: dict[str, JsonValue] = {
     },
     "upstream": {"message_id": "msg_01XFDUDYJgAACzvnptvVoYEL", "request_id": "req_011CV7x8y9z"},
     "created_at": "2025-01-01T12:00:00Z",
+    "support_summary": {
+        "supported": 1,
+        "partial": 0,
+        "unsupported": 0,
+        "unchecked": 0,
+        "uncited_segments": 1,
+    },
 }
 
 
@@ -251,6 +331,10 @@ class AnswerOut(BaseModel):
     usage: AnswerUsage
     upstream: UpstreamIds
     created_at: datetime
+    support_summary: SupportSummary = Field(
+        description="The citations by support verdict, and the segments with text that cite "
+        "nothing."
+    )
 
     # Shown without the fields its parts were not given (``exclude_unset``; the routes that
     # return it say ``response_model_exclude_unset``): a citation keeps exactly the fields the
@@ -275,6 +359,7 @@ class AnswerOut(BaseModel):
                     "message_id": row["upstream_message_id"],
                     "request_id": row["upstream_request_id"],
                 },
+                "support_summary": support_summary(row["segments"]),
             }
         )
 

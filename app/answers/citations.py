@@ -13,11 +13,13 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
+from app.answers.answer import SupportMode
 from app.answers.prompt import passage_blocks
 from app.documents.index import DocumentIndex, merged_locator, same_passage
 from app.documents.kinds import all_kinds, kind_named
 from app.documents.sources import PromptDocument
 from app.search.passages import Passage
+from app.support.lexical import UNCHECKED, check_support
 
 log = logging.getLogger(__name__)
 
@@ -108,14 +110,33 @@ def _resolve_search_result(resolved: dict[str, Any], passages: Sequence[Passage]
     return resolved
 
 
+def with_support(
+    text: str, citations: Sequence[dict[str, Any]], support: SupportMode
+) -> list[dict[str, Any]]:
+    """The resolved citations of a segment with ``text``, each with ``support``: checked by
+    the lexical check against the segment (and the segment's other citations), or
+    ``unchecked`` when support is ``off``. (The judge's verdicts replace some later.)"""
+    cited = [str(citation.get("cited_text") or "") for citation in citations]
+    checked = []
+    for i, citation in enumerate(citations):
+        if support == "off":
+            verdict = UNCHECKED
+        else:
+            verdict = check_support(text, cited[i], others=cited[:i] + cited[i + 1 :])
+        checked.append({**citation, "support": verdict.as_dict()})
+    return checked
+
+
 def build_segments(
     content: Sequence[dict[str, Any]],
     documents: Sequence[DocumentIndex | None],
     passages: Sequence[Passage] = (),
     sent: Sequence[PromptDocument] | None = None,
+    support: SupportMode | None = None,
 ) -> tuple[str, list[dict[str, Any]]]:
     """The answer text and its segments: one per upstream text block, citations resolved
-    (``sent`` as for ``resolve_citation``)."""
+    (``sent`` as for ``resolve_citation``), each with its ``support`` unless ``support`` is
+    None (an answer still streaming)."""
     segments: list[dict[str, Any]] = []
     position = 0
     for block in content:
@@ -125,6 +146,8 @@ def build_segments(
         citations = [
             resolve_citation(c, documents, passages, sent) for c in block.get("citations") or []
         ]
+        if support is not None and citations:
+            citations = with_support(text, citations, support)
         segments.append(
             {"text": text, "start": position, "end": position + len(text), "citations": citations}
         )

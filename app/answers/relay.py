@@ -47,7 +47,7 @@ async def open_relay(
         )
         frames = upstream.frames()
         stack.push_async_callback(frames.aclose)
-        answer = AnswerStream(prepared.indexes, prepared.passages, prepared.sent)
+        answer = AnswerStream(prepared.indexes, prepared.passages, prepared.sent, prepared.support)
         early: list[Frame] = []
         async for frame in frames:  # up to message_start: the upstream has begun
             if frame.type == "error":

@@ -11,6 +11,7 @@ from typing import Any
 import anyio
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from app.answers.answer import SupportMode
 from app.answers.context import AnswerContext
 from app.answers.prompt import Turn, assistant_blocks, build_message_request, passage_blocks
 from app.answers.schemas import AnswerRequest, Retrieval
@@ -47,6 +48,7 @@ class Prepared:
     claim: datetime | None = None  # the conversation's claim, released with exactly this value
     # The document blocks sent, when they are not ``sources`` one for one (page windows).
     sent: Sequence[PromptDocument] | None = None
+    support: SupportMode = "off"  # how its citations' support is checked
 
     @property
     def documents(self) -> list[dict[str, Any]]:
@@ -134,6 +136,7 @@ async def prepare(
         passages=sent,
         claim=claimed,
         sent=sent_blocks(sources),
+        support=body.support or settings.support_check,
     )
 
 

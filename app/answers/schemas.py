@@ -13,7 +13,7 @@ from pydantic import (
     model_validator,
 )
 
-from app.answers.answer import AnswerDocument, AnswerOut, ResolvedCitation
+from app.answers.answer import AnswerDocument, AnswerOut, ResolvedCitation, SupportMode
 from app.ids import NO_NUL, Id
 from app.upstream.wire import MAX_DOCUMENTS_PER_REQUEST
 
@@ -96,6 +96,12 @@ class AnswerRequest(BaseModel):
     max_tokens: int | None = Field(default=None, ge=1, le=128_000)
     system: str | None = Field(default=None, min_length=1, pattern=NO_NUL)
     stream: bool = Field(default=False, description="Answer as server-sent events.")
+    support: SupportMode | None = Field(
+        default=None,
+        description="How each citation's support is checked: `lexical` (in-process), `judge` "
+        "(also one upstream call about the citations `lexical` did not find supported), or "
+        "`off` (every citation `unchecked`). Default: the setting `CITEGATE_SUPPORT_CHECK`.",
+    )
 
     @model_validator(mode="after")
     def _one_target(self) -> AnswerRequest:

@@ -18,6 +18,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from app.answers.answer import USAGE_FIELDS, AnswerOut
 from app.answers.citations import build_segments
 from app.answers.context import AnswerContext
+from app.answers.judging import judge_segments
 from app.answers.request import Prepared
 from app.auth.keys import Principal
 from app.db.models import Answer, AnswerShareLink, utcnow
@@ -84,6 +85,11 @@ async def store_answer(
     now finished (``ENDING_COLUMNS``)."""
     await context.limits.spend_tokens(principal, sum(reply.usage.values()))
     row = answer_row(prepared, principal.tenant_id, reply)
+    if prepared.support == "judge" and reply.status == "completed":
+        judged = await judge_segments(context, row["segments"], reply.model)
+        if judged is not None:
+            row["usage"] = {**row["usage"], "support_check": judged}
+            await context.limits.spend_tokens(principal, sum(judged.values()))
     if begun is not None:
         row["created_at"] = begun
     # The segments were made just now: their spans get boxes in place, and a database session
@@ -122,8 +128,10 @@ def answer_row(
     """The row of the answer ``reply`` gives to ``prepared``, every citation resolved. Pure:
     the same for an answer asked alone and for one of a batch (``documents`` as described when
     the batch was made). ``owner``: the process relaying it, for a stream in progress."""
+    # A stream's row in progress gets its citations' support when it ends.
+    support = None if reply.status == "in_progress" else prepared.support
     text, segments = build_segments(
-        reply.content, prepared.indexes, prepared.passages, prepared.sent
+        reply.content, prepared.indexes, prepared.passages, prepared.sent, support
     )
     return {
         "id": prepared.id,

@@ -1,6 +1,9 @@
 """From the upstream's stream events to Citegate's: pure, one event at a time.
 
-Citations are resolved the moment their ``citations_delta`` arrives. What arrived is kept as
+Citations are resolved the moment their ``citations_delta`` arrives. When their support is
+checked, their events wait for the end of their segment's text (the claim they are checked
+against) and go out just before ``segment.done``, each with its lexical verdict. What arrived is
+kept as
 content blocks of the same shape a non-streamed answer has, so that the stored answer is built
 by the same code either way (``build_segments``) and comes out the same.
 """
@@ -10,8 +13,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from app.answers.answer import USAGE_FIELDS
-from app.answers.citations import resolve_citation
+from app.answers.answer import USAGE_FIELDS, SupportMode
+from app.answers.citations import resolve_citation, with_support
 from app.documents.index import DocumentIndex
 from app.documents.sources import PromptDocument
 from app.search.passages import Passage
@@ -27,10 +30,13 @@ class AnswerStream:
         documents: Sequence[DocumentIndex | None],
         passages: Sequence[Passage] = (),
         sent: Sequence[PromptDocument] | None = None,
+        support: SupportMode | None = None,
     ) -> None:
         self._documents = documents
         self._passages = passages
         self._sent = sent
+        self._support = support  # None: citation events go out as they arrive, unchecked
+        self._waiting: dict[int, list[dict[str, Any]]] = {}  # segment -> resolved citations
         self._blocks: dict[int, dict[str, Any]] = {}  # upstream block index -> block
         self._segments: dict[int, int] = {}  # upstream index of a text block -> segment index
         # A text block's text as it came, joined when asked for: a string grown by each delta
@@ -59,7 +65,10 @@ class AnswerStream:
         elif kind == "content_block_stop":
             index = event.get("index")
             if index in self._segments:
-                return [("segment.done", {"segment_index": self._segments[index]})]
+                segment = self._segments[index]
+                events = self._checked(index, segment)
+                events.append(("segment.done", {"segment_index": segment}))
+                return events
         elif kind == "message_delta":
             self.stop_reason = (event.get("delta") or {}).get("stop_reason", self.stop_reason)
             self._take_usage(event.get("usage"))  # cumulative: the newest numbers win
@@ -88,7 +97,7 @@ class AnswerStream:
         block["citations"] = []
         events: list[Event] = [("segment.started", {"segment_index": segment})]
         for citation in initial:
-            events.append(self._cite(block, segment, citation))
+            events.extend(self._cite(block, segment, citation))
         if text:
             events.append(("text.delta", {"segment_index": segment, "text": text}))
         return events
@@ -104,13 +113,27 @@ class AnswerStream:
             self._texts[index].append(text)
             return [("text.delta", {"segment_index": segment, "text": text})]
         if delta.get("type") == "citations_delta" and isinstance(delta.get("citation"), dict):
-            return [self._cite(block, segment, delta["citation"])]
+            return self._cite(block, segment, delta["citation"])
         return []
 
-    def _cite(self, block: dict[str, Any], segment: int, citation: dict[str, Any]) -> Event:
+    def _cite(self, block: dict[str, Any], segment: int, citation: dict[str, Any]) -> list[Event]:
         block["citations"].append(citation)
         resolved = resolve_citation(citation, self._documents, self._passages, self._sent)
-        return ("citation", {"segment_index": segment, "citation": resolved})
+        if self._support is not None:
+            self._waiting.setdefault(segment, []).append(resolved)
+            return []
+        return [("citation", {"segment_index": segment, "citation": resolved})]
+
+    def _checked(self, index: int, segment: int) -> list[Event]:
+        """The segment's citations that waited for its text, with their support."""
+        waiting = self._waiting.pop(segment, None)
+        if not waiting or self._support is None:
+            return []
+        text = "".join(self._texts[index])
+        return [
+            ("citation", {"segment_index": segment, "citation": citation})
+            for citation in with_support(text, waiting, self._support)
+        ]
 
     def _take_usage(self, usage: Any) -> None:
         if isinstance(usage, dict):

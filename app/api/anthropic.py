@@ -37,11 +37,11 @@ from app.compat import service
 from app.compat.batches import MessageBatchBody, message_batch, open_results, prepare_question
 from app.compat.errors import error_event_data
 from app.compat.messages import (
+    CitationRelay,
     InvalidBody,
     MessagesRequest,
     enrich_message,
     parse_messages_request,
-    relayed_data,
 )
 from app.db.models import AnswerBatch, Document
 from app.db.tenancy import list_around
@@ -101,9 +101,11 @@ async def create_message(request: Request, principal: AnthropicPrincipalDep) -> 
 async def _relayed(relayed: RelayedAnswer) -> AsyncGenerator[bytes, None]:
     """The upstream's events as it sent them, citations enriched, one write each."""
     last = None
+    citations = CitationRelay()
     async with aclosing(relayed.frames()) as frames:
         async for frame, made in frames:
-            yield server_sent([(frame.name, relayed_data(frame, made))])
+            if sending := citations.relayed(frame, made):
+                yield server_sent(sending)
             last = frame
     if relayed.failure is not None and (last is None or last.type != "error"):
         # Not an error event of the upstream's, relayed above: the stream broke.

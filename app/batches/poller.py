@@ -506,6 +506,8 @@ def _answer_row(
         passages=passages_asked(request.retrieval),
         # A compatible request's blocks are its sources one for one (it sends no windows).
         sent=None if None in sources else sent_blocks([s for s in sources if s is not None]),
+        # The judge asks the upstream once per answer: a batch's answers are checked lexically.
+        support="off" if request.support == "off" else "lexical",
     )
     return answer_row(
         prepared,

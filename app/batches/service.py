@@ -332,6 +332,7 @@ def _request_row(
             "documents": [],
             "retrieval": None,
             "error": question.error,
+            "support": None,
         }
     return {
         "batch_id": batch_id,
@@ -350,6 +351,7 @@ def _request_row(
         "documents": prepared.documents,
         "retrieval": prepared.retrieval,
         "error": None,
+        "support": prepared.support,
     }
 
 

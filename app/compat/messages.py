@@ -202,7 +202,10 @@ def citegate_of(resolved: dict[str, Any]) -> dict[str, Any]:
     span = resolved["span"]
     if isinstance(span, dict) and "boxes" in span:
         span = {key: value for key, value in span.items() if key != "boxes"}
-    return {"document_id": resolved["document_id"], "span": span, "verified": resolved["verified"]}
+    found = {"document_id": resolved["document_id"], "span": span, "verified": resolved["verified"]}
+    if "support" in resolved:  # a streamed citation goes out before its text: none yet
+        found["support"] = resolved["support"]
+    return found
 
 
 def enrich_message(message: dict[str, Any], segments: Sequence[dict[str, Any]]) -> None:
@@ -216,22 +219,57 @@ def enrich_message(message: dict[str, Any], segments: Sequence[dict[str, Any]]) 
             citation["citegate"] = citegate_of(resolved)
 
 
-def relayed_data(frame: Frame, made: Sequence[Event]) -> str:
-    """The data of an upstream event as relayed: its own bytes, unless it carries citations
-    (a ``citations_delta``, or a block that starts with some), which gain ``citegate``."""
-    resolved = [data["citation"] for name, data in made if name == "citation"]
-    if not resolved:
-        return frame.data
-    event = frame.event
-    if event.get("type") == "content_block_delta":
-        delta = event["delta"]
-        cited = {**delta["citation"], "citegate": citegate_of(resolved[0])}
-        event = {**event, "delta": {**delta, "citation": cited}}
-    else:  # content_block_start with citations already in the block
-        block = event["content_block"]
-        citations = [
-            {**citation, "citegate": citegate_of(found)}
-            for citation, found in zip(block["citations"], resolved, strict=True)
-        ]
-        event = {**event, "content_block": {**block, "citations": citations}}
-    return orjson.dumps(event).decode()
+class CitationRelay:
+    """A stream's events as relayed: each its own bytes, but those carrying citations, which
+    gain ``citegate``. A citation whose support is checked waits for its block's text (its
+    claim): its ``citations_delta`` is held and sent, enriched, just before the block's
+    ``content_block_stop``. (A block that starts with citations starts without them here, and
+    they follow as deltas: the SDKs gather a block's citations either way.)"""
+
+    def __init__(self) -> None:
+        self._held: list[tuple[int, dict[str, Any]]] = []  # (block index, citation as sent)
+
+    def relayed(self, frame: Frame, made: Sequence[Event]) -> list[tuple[str, str]]:
+        """The events to send for this upstream event: name and data."""
+        resolved = [data["citation"] for name, data in made if name == "citation"]
+        event = frame.event
+        kind = event.get("type")
+        if kind == "content_block_delta" and event["delta"].get("type") == "citations_delta":
+            if not resolved:  # held until its block's text is whole
+                self._held.append((event["index"], event["delta"]["citation"]))
+                return []
+            cited = {**event["delta"]["citation"], "citegate": citegate_of(resolved[0])}
+            event = {**event, "delta": {**event["delta"], "citation": cited}}
+            return [(frame.name, orjson.dumps(event).decode())]
+        if kind == "content_block_start" and (event["content_block"].get("citations") or []):
+            block = event["content_block"]
+            if not resolved:
+                self._held.extend((event["index"], c) for c in block["citations"])
+                event = {**event, "content_block": {**block, "citations": []}}
+                return [(frame.name, orjson.dumps(event).decode())]
+            citations = [
+                {**citation, "citegate": citegate_of(found)}
+                for citation, found in zip(block["citations"], resolved, strict=True)
+            ]
+            event = {**event, "content_block": {**block, "citations": citations}}
+            return [(frame.name, orjson.dumps(event).decode())]
+        if kind == "content_block_stop" and resolved:
+            held, self._held = self._held, []
+            deltas = [
+                (
+                    "content_block_delta",
+                    orjson.dumps(
+                        {
+                            "type": "content_block_delta",
+                            "index": index,
+                            "delta": {
+                                "type": "citations_delta",
+                                "citation": {**citation, "citegate": citegate_of(found)},
+                            },
+                        }
+                    ).decode(),
+                )
+                for (index, citation), found in zip(held, resolved, strict=True)
+            ]
+            return [*deltas, (frame.name, frame.data)]
+        return [(frame.name, frame.data)]

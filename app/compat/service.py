@@ -38,6 +38,7 @@ async def prepare(
         sources=sources,
         request=request.body,
         retrieval=whole_documents(),
+        support=context.settings.support_check,
     )
 
 

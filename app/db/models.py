@@ -329,6 +329,8 @@ class AnswerBatchRequest(Base):
     documents: Mapped[list[dict[str, Any]]] = mapped_column(JSON)
     retrieval: Mapped[dict[str, Any] | None] = mapped_column(JSON)
     error: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    # How its citations' support is checked (``AnswerRequest.support``); None before 0014.
+    support: Mapped[str | None] = mapped_column(String(16))
 
 
 class LocalEngineBatch(Base):

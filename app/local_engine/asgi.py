@@ -36,7 +36,7 @@ from app.local_engine.request_validation import (
     parse_create_request,
 )
 from app.local_engine.streaming import StreamEvent, message_events
-from app.local_engine.wire import TokenCount
+from app.local_engine.wire import TokenCount, ToolUseMessage
 from app.upstream.wire import MAX_BATCH_BYTES
 
 log = logging.getLogger(__name__)
@@ -89,7 +89,7 @@ def create_local_engine_app(
         except Exception:
             log.exception("local engine failed (request %s)", request_id)
             return _error_response(_internal_error(), request_id)
-        if not parsed.stream:
+        if not parsed.stream or isinstance(message, ToolUseMessage):  # a judge's: never streamed
             return JSONResponse(message.model_dump(mode="json"))
         events = message_events(
             message, request_id=request_id, fail_after_blocks=served.fail_streams_after_blocks

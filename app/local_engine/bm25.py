@@ -14,6 +14,8 @@ import re
 from collections import Counter
 from collections.abc import Sequence
 
+from app.support.words import CJK_RUN
+
 _WORD = re.compile(r"\w+")
 
 # Function words that say nothing about which sentence answers a question.
@@ -38,9 +40,21 @@ def stem(word: str) -> str:
     return word
 
 
+def _pairs(match: re.Match[str]) -> str:
+    run = match.group()
+    if len(run) == 1:
+        return f" {run} "
+    return " " + " ".join(run[i : i + 2] for i in range(len(run) - 1)) + " "
+
+
 def tokenize(text: str) -> list[str]:
-    """The words of a text that can match a question: case-folded, stemmed, no stopwords."""
-    return [stem(word) for word in _WORD.findall(text.casefold()) if word not in STOPWORDS]
+    """The words of a text that can match a question: case-folded, stemmed, no stopwords.
+    Chinese and Japanese, written without spaces, are read as overlapping character pairs (as
+    the search index reads them): a run of them is no one word."""
+    folded = text.casefold()
+    if CJK_RUN.search(folded):
+        folded = CJK_RUN.sub(_pairs, folded)
+    return [stem(word) for word in _WORD.findall(folded) if word not in STOPWORDS]
 
 
 class Bm25:

@@ -24,8 +24,10 @@ from app.local_engine.prompt_cache import (
     PromptCache,
 )
 from app.local_engine.request_validation import ParsedRequest
-from app.local_engine.tokens import input_tokens, prompt_units
-from app.local_engine.wire import MODEL_NAME, Message
+from app.local_engine.tokens import estimate_tokens, input_tokens, prompt_units
+from app.local_engine.wire import MODEL_NAME, Message, ToolUseBlock, ToolUseMessage, Usage
+from app.support.judge import TOOL_NAME, judged_items
+from app.support.lexical import check_support
 
 DEFAULT_PING_INTERVAL = 15.0
 _ID_ALPHABET = "0123456789ABCDEFGHIJKLMNPQRSTUVWXYZabcdefghijkmnopqrstuvwxyz"
@@ -70,8 +72,10 @@ class LocalEngine:
         Blocking."""
         return chunk_documents(request.citable_blocks, self.pdf_cache.load)
 
-    def create_message_blocking(self, request: ParsedRequest) -> Message:
+    def create_message_blocking(self, request: ParsedRequest) -> Message | ToolUseMessage:
         """Answer a validated request, and account its usage against the prompt cache."""
+        if (judged := judge(request)) is not None:
+            return judged
         documents = self.documents(request)
         blocks = build_answer(request.question, documents)
         answer = limit_answer(
@@ -100,13 +104,39 @@ class LocalEngine:
         """All input tokens of a request, as ``count_tokens`` reports them (no cache involved)."""
         return input_tokens(prompt_units(request, self.documents(request)))
 
-    async def create_message(self, request: ParsedRequest) -> Message:
+    async def create_message(self, request: ParsedRequest) -> Message | ToolUseMessage:
         """``create_message_blocking`` in a worker thread."""
         return await anyio.to_thread.run_sync(self.create_message_blocking, request)
 
     async def count_tokens(self, request: ParsedRequest) -> int:
         """``count_tokens_blocking`` in a worker thread."""
         return await anyio.to_thread.run_sync(self.count_tokens_blocking, request)
+
+
+def judge(request: ParsedRequest) -> ToolUseMessage | None:
+    """The answer to a support judge's request (``app.support.judge``): its ``record_support``
+    call, each item judged by the lexical check, so that judging is deterministic offline; None
+    for any other request. (Never streamed: a judge's request is not.)"""
+    offered = {(tool.model_extra or {}).get("name") for tool in request.tools}
+    if request.stream or TOOL_NAME not in offered:
+        return None
+    items = judged_items(request.question)
+    if items is None:
+        return None
+    verdicts = []
+    for number, item in enumerate(items):
+        support = check_support(item.claim, item.cited)
+        verdict = "unsupported" if support.verdict == "unchecked" else support.verdict
+        reason = "; ".join(reason.detail for reason in support.reasons) or "The quote says it."
+        verdicts.append({"citation": number, "verdict": verdict, "reason": reason})
+    call = {"verdicts": verdicts}
+    output = estimate_tokens(json.dumps(call))
+    prompt = estimate_tokens(request.question)
+    return ToolUseMessage(
+        id=new_upstream_id("msg"),
+        content=[ToolUseBlock(id=new_upstream_id("toolu"), name=TOOL_NAME, input=call)],
+        usage=Usage(input_tokens=prompt, output_tokens=output),
+    )
 
 
 def _cache_seed(request: ParsedRequest, documents: list[RequestDocument]) -> bytes:

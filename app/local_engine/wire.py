@@ -446,6 +446,15 @@ class Usage(BaseModel):
     service_tier: Literal["standard"] = "standard"
 
 
+class ToolUseBlock(BaseModel):
+    """A call of a tool the request offered: the engine makes one only to judge support."""
+
+    type: Literal["tool_use"] = "tool_use"
+    id: str
+    name: str
+    input: dict[str, Any]
+
+
 StopReason = Literal["end_turn", "max_tokens", "stop_sequence"]
 
 
@@ -467,3 +476,17 @@ class TokenCount(BaseModel):
     """The body of a ``count_tokens`` answer."""
 
     input_tokens: int
+
+
+class ToolUseMessage(BaseModel):
+    """An answer that calls a tool (the support judge's ``record_support``): never streamed."""
+
+    id: str
+    type: Literal["message"] = "message"
+    role: Literal["assistant"] = "assistant"
+    model: str = MODEL_NAME
+    content: list[ToolUseBlock]
+    stop_reason: Literal["tool_use"] = "tool_use"
+    stop_sequence: None = None
+    stop_details: None = None
+    usage: Usage

@@ -114,6 +114,7 @@ def test_a_batch_over_files(local: Served) -> None:
                     "document_id": c["document_id"],
                     "span": {k: v for k, v in c["span"].items() if k != "boxes"},
                     "verified": c["verified"],
+                    "support": c["support"],
                 }
                 for segment in answer["segments"]
                 for c in segment["citations"]

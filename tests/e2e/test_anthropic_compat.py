@@ -287,6 +287,8 @@ def test_the_upstream_gets_the_stored_documents_and_every_field_untouched(
             "locator": None,
         },
         "verified": True,
+        # The Anthropic-compatible API shows each citation's support here too.
+        "support": {"verdict": "supported", "score": 1.0, "method": "lexical", "reasons": []},
     }
 
 
@@ -352,13 +354,23 @@ def test_a_stream_is_the_upstreams_with_citations_enriched(
         relayed = [line[6:] for line in response.iter_lines() if line.startswith("data: ")]
     sent = [event.decode().split("data: ", 1)[1].rstrip("\n") for event in events]
     assert len(relayed) == len(sent)
-    for relayed_data, sent_data in zip(relayed, sent, strict=True):
-        if json.loads(sent_data).get("delta", {}).get("type") == "citations_delta":
-            cited = json.loads(relayed_data)["delta"]["citation"]
-            assert cited.pop("citegate")["verified"] is True
-            assert cited == json.loads(sent_data)["delta"]["citation"]
-        else:
-            assert relayed_data == sent_data
+
+    def is_citation(data: str) -> bool:
+        return bool(json.loads(data).get("delta", {}).get("type") == "citations_delta")
+
+    # A citation, its support checked against its block's text, comes just before the block's
+    # content_block_stop; the other events keep their order and bytes.
+    assert [d for d in relayed if not is_citation(d)] == [d for d in sent if not is_citation(d)]
+    for sent_data in filter(is_citation, sent):
+        block = json.loads(sent_data)["index"]
+        at = next(i for i, d in enumerate(relayed) if is_citation(d))
+        relayed_data = relayed.pop(at)
+        assert json.loads(relayed[at]) == {"type": "content_block_stop", "index": block}
+        cited = json.loads(relayed_data)["delta"]["citation"]
+        citegate = cited.pop("citegate")
+        assert citegate["verified"] is True
+        assert citegate["support"]["verdict"] == "supported"
+        assert cited == json.loads(sent_data)["delta"]["citation"]
 
 
 def test_upstream_errors_pass_through_with_their_type_and_request_id(

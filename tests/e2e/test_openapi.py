@@ -390,7 +390,10 @@ def test_a_new_upstream_citation_type_passes_through_every_answer_route(
         answer = http.post("/v1/answers", json=body)
         assert answer.status_code == 200, answer.text
         kept = {**future, "document_id": None, "span": None, "verified": False}
-        assert answer.json()["segments"][0]["citations"] == [kept]
+        (citation,) = answer.json()["segments"][0]["citations"]
+        citation_support = citation.pop("support")
+        assert citation_support["verdict"] == "supported"
+        assert citation == kept
         stored = http.get(f"/v1/answers/{answer.json()['id']}")
         assert stored.status_code == 200 and stored.json() == answer.json()
         turns = http.get(f"/v1/conversations/{conversation_id}")
@@ -399,5 +402,6 @@ def test_a_new_upstream_citation_type_passes_through_every_answer_route(
         fake.reset(Reply(events=sse_message(content)))
         with httpx_sse.connect_sse(http, "POST", "/v1/answers", json={**body, "stream": True}) as s:
             events = {event.event: json.loads(event.data) for event in s.iter_sse()}
-        assert events["citation"]["citation"] == kept
-        assert events["answer.done"]["segments"][0]["citations"] == [kept]
+        checked = {**kept, "support": citation_support}
+        assert events["citation"]["citation"] == checked
+        assert events["answer.done"]["segments"][0]["citations"] == [checked]

@@ -69,16 +69,17 @@ def check_event_order(events: list[tuple[str, dict[str, Any]]]) -> None:
     names = [name for name, _ in events]
     assert names[0] == "answer.started" and names[-1] == "answer.done"
     open_segment = None
-    seen_text: set[int] = set()
+    seen_text: set[int] = set()  # the segments whose citations came
     for name, data in events[1:-1]:
         if name == "segment.started":
             assert open_segment is None
             open_segment = data["segment_index"]
         elif name in ("text.delta", "citation"):
             assert data["segment_index"] == open_segment
-            if name == "text.delta":
+            if name == "citation":  # after their segment's text, with its support checked
                 seen_text.add(open_segment)
-            else:  # citations arrive before the text of their segment
+                assert data["citation"]["support"]["method"] == "lexical"
+            else:
                 assert open_segment not in seen_text
         elif name == "segment.done":
             assert data["segment_index"] == open_segment

@@ -14,10 +14,10 @@ from pydantic import ValidationError
 
 from app.compat.errors import messages_error
 from app.compat.messages import (
+    CitationRelay,
     InvalidBody,
     add_cache_control,
     parse_messages_request,
-    relayed_data,
 )
 from app.errors import ErrorCode, InvalidRequest, NotFound, RateLimited, Unauthorized
 from app.upstream.errors import UpstreamError, error_for_status
@@ -139,15 +139,50 @@ def test_a_citation_delta_gains_its_span_and_other_events_stay_as_sent() -> None
     resolved = {"type": "char_location", "x": 1, "document_id": "doc_a", "span": None}
     resolved |= {"verified": False}
     frame = Frame("content_block_delta", orjson.dumps(delta).decode() + "  ", delta)
-    data = orjson.loads(relayed_data(frame, [("citation", {"citation": resolved})]))
-    assert data["delta"]["citation"] == {
+    ((name, data),) = CitationRelay().relayed(frame, [("citation", {"citation": resolved})])
+    assert name == "content_block_delta"
+    assert orjson.loads(data)["delta"]["citation"] == {
         "type": "char_location",
         "x": 1,
         "citegate": {"document_id": "doc_a", "span": None, "verified": False},
     }
     assert "citegate" not in delta["delta"]["citation"]  # what the answer stores is untouched
     ping = Frame("ping", '{"type": "ping"   }', {"type": "ping"})
-    assert relayed_data(ping, []) == ping.data
+    assert CitationRelay().relayed(ping, []) == [("ping", ping.data)]
+
+
+def test_a_checked_citation_waits_for_its_blocks_text() -> None:
+    citation = {"type": "char_location", "x": 1}
+    delta = {"type": "content_block_delta", "index": 2}
+    delta |= {"delta": {"type": "citations_delta", "citation": citation}}
+    stop = {"type": "content_block_stop", "index": 2}
+    relay = CitationRelay()
+    assert (
+        relay.relayed(Frame("content_block_delta", orjson.dumps(delta).decode(), delta), []) == []
+    )
+    support = {"verdict": "supported", "score": 1.0, "method": "lexical", "reasons": []}
+    resolved = {**citation, "document_id": "doc_a", "span": None, "verified": True}
+    resolved |= {"support": support}
+    stop_frame = Frame("content_block_stop", orjson.dumps(stop).decode(), stop)
+    sent = relay.relayed(stop_frame, [("citation", {"citation": resolved}), ("segment.done", {})])
+    assert [name for name, _ in sent] == ["content_block_delta", "content_block_stop"]
+    assert orjson.loads(sent[0][1]) == {
+        "type": "content_block_delta",
+        "index": 2,
+        "delta": {
+            "type": "citations_delta",
+            "citation": {
+                **citation,
+                "citegate": {
+                    "document_id": "doc_a",
+                    "span": None,
+                    "verified": True,
+                    "support": support,
+                },
+            },
+        },
+    }
+    assert sent[1][1] == stop_frame.data
 
 
 INVALID = "invalid_request_error"

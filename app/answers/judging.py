@@ -1,0 +1,57 @@
+"""The support judge's one upstream call per answer: about the citations the lexical check did
+not find supported, citations off, verdicts as a tool's JSON (``app.support.judge``). Its
+verdicts replace theirs; a failed or unusable call leaves them, with a ``judge_failed``
+reason. Never retried past the client's own retries, never in the way of the answer."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from app.answers.context import AnswerContext
+from app.errors import CitegateError
+from app.support.judge import Item, failed, judge_request, read_verdicts
+
+log = logging.getLogger(__name__)
+
+_JUDGED = ("partial", "unsupported")
+
+
+async def judge_segments(
+    context: AnswerContext, segments: list[dict[str, Any]], model: str
+) -> dict[str, int] | None:
+    """Judge the segments' citations that the lexical check did not find supported, in place;
+    the judge call's tokens, or None when there was nothing to judge or the call failed."""
+    judged = [
+        (segment, citation)
+        for segment in segments
+        for citation in segment["citations"]
+        if (citation.get("support") or {}).get("verdict") in _JUDGED
+    ]
+    if not judged:
+        return None
+    items = [
+        Item(segment["text"], str(citation.get("cited_text") or "")) for segment, citation in judged
+    ]
+    request = judge_request(context.settings.support_judge_model or model, items)
+    try:
+        answered = await context.upstream.create_message(request)
+    except CitegateError as exc:
+        log.warning("the support judge failed: %s", exc.code)
+        for _, citation in judged:
+            citation["support"] = failed(
+                citation["support"], f"The judge call failed ({exc.code})."
+            )
+        return None
+    usage = answered.message.usage
+    tokens = {"input_tokens": usage.input_tokens, "output_tokens": usage.output_tokens}
+    content = [block.model_dump() for block in answered.message.content]
+    verdicts = read_verdicts(content, len(items))
+    if verdicts is None:
+        log.warning("the support judge gave no usable verdicts")
+        for _, citation in judged:
+            citation["support"] = failed(citation["support"], "The judge gave no usable verdicts.")
+        return tokens
+    for (_, citation), verdict in zip(judged, verdicts, strict=True):
+        citation["support"] = verdict.as_dict()
+    return tokens
