@@ -69,6 +69,7 @@ def create_app(settings: Settings | None = None, *, own_process: bool = False) -
             pool_size=settings.database_pool_size,
             max_overflow=settings.database_max_overflow,
             ping_after_idle=settings.database_ping_after_idle_seconds,
+            connect_timeout=settings.database_connect_timeout_seconds,
         )
         app.state.engine = engine
         app.state.sessions = create_session_factory(engine)

@@ -39,6 +39,13 @@ class Settings(BaseSettings):
         description="A pooled PostgreSQL connection idle longer than this is pinged before it "
         "is used, and replaced if the server has closed it; 0 pings before every use.",
     )
+    database_connect_timeout_seconds: float = Field(
+        default=5.0,
+        gt=0,
+        description="How long opening a PostgreSQL connection may take before the request is "
+        "answered 503 `database_unavailable`: a server that does not answer at all (packets "
+        "dropped, a host gone) held each request for asyncpg's own 60 s.",
+    )
     database_max_overflow: int = Field(
         default=0,
         ge=0,

@@ -2,8 +2,9 @@
 
 ``TcpProxy(host, port)`` listens on a port of 127.0.0.1 and forwards each connection to the
 target. ``cut()`` drops every connection it carries (reset, as a network or a restarting
-server drops them) and stops listening, so that new connections are refused; ``restore()``
-listens on the same port again. It runs its own event loop in a thread, so that a test of a
+server drops them) and stops listening, so that new connections are refused; ``blackhole()``
+drops them too but accepts new ones and never answers them; ``restore()`` listens on the same
+port again and forwards. It runs its own event loop in a thread, so that a test of a
 served app (itself on another thread) can cut and restore from plain synchronous code.
 """
 
@@ -29,6 +30,7 @@ class TcpProxy:
         self._server: asyncio.Server | None = None
         self._writers: set[asyncio.StreamWriter] = set()
         self.connections = 0  # accepted since the proxy started
+        self.blackholed = False
 
     def __enter__(self) -> Self:
         self._thread.start()
@@ -46,7 +48,15 @@ class TcpProxy:
         self._call(self._drop())
 
     def restore(self) -> None:
-        """Accept connections again, on the same port."""
+        """Accept connections again, on the same port, and forward them."""
+        self.blackholed = False
+        self._call(self._listen())
+
+    def blackhole(self) -> None:
+        """Drop every connection, then accept new ones and never answer them: a server that
+        packets no longer reach (a host gone, a firewall dropping them) until ``restore``."""
+        self._call(self._drop())
+        self.blackholed = True
         self._call(self._listen())
 
     def _call(self, coroutine: Coroutine[Any, Any, T]) -> T:
@@ -70,6 +80,9 @@ class TcpProxy:
         self, client_reader: asyncio.StreamReader, client: asyncio.StreamWriter
     ) -> None:
         self.connections += 1
+        if self.blackholed:
+            self._writers.add(client)  # held open, unanswered, until dropped
+            return
         try:
             server_reader, server = await asyncio.open_connection(*self.target)
         except OSError:

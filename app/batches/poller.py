@@ -30,6 +30,7 @@ from app.answers.store import Reply, answer_row, count_stored
 from app.auth.keys import Principal
 from app.batches.service import PENDING, made_nothing, send_batch
 from app.db.models import Answer, AnswerBatch, AnswerBatchRequest, utcnow
+from app.db.unavailable import OutageLog
 from app.documents.sources import SourceDocument, load_sources, request_limits, sent_blocks
 from app.errors import CitegateError, ErrorCode, problem_body, problem_of
 from app.upstream.errors import UpstreamError, error_of_body
@@ -72,14 +73,17 @@ class BatchPoller:
     async def run(self) -> None:
         """Poll, then wait for the next round or a wake-up; until cancelled."""
         tick = min(self._settings.batch_poll_seconds, 5.0)
+        outage = OutageLog(log, "polling answer batches")
         while True:
             try:
                 await self.poll_due()
                 await self._count_statuses()
-            except Exception:
+            except Exception as exc:
                 # The database failed: the batches stay where they are; try again next round.
-                log.exception("polling answer batches failed")
+                outage.failed(exc)
                 self._metrics.batch_poll_errors.inc()
+            else:
+                outage.succeeded()
             with anyio.move_on_after(tick):
                 await self._woken.wait()
             self._woken.clear()

@@ -38,6 +38,7 @@ _JSON: dict[str, Any] = {"json_serializer": _json_dumps, "json_deserializer": or
 _POOL_SIZE = Settings.model_fields["database_pool_size"].default
 _MAX_OVERFLOW = Settings.model_fields["database_max_overflow"].default
 _PING_AFTER_IDLE = Settings.model_fields["database_ping_after_idle_seconds"].default
+_CONNECT_TIMEOUT = Settings.model_fields["database_connect_timeout_seconds"].default
 
 
 def create_engine(
@@ -46,6 +47,7 @@ def create_engine(
     pool_size: int = _POOL_SIZE,
     max_overflow: int = _MAX_OVERFLOW,
     ping_after_idle: float = _PING_AFTER_IDLE,
+    connect_timeout: float = _CONNECT_TIMEOUT,
     **kwargs: Any,
 ) -> AsyncEngine:
     """An async engine for SQLite (aiosqlite) or PostgreSQL (asyncpg).
@@ -64,6 +66,8 @@ def create_engine(
             # too, so it is never idle past the ping window, where a pool in turn (FIFO) kept
             # every connection idle that long and pinged each before use (docs/PERFORMANCE.md).
             kwargs |= {"pool_size": pool_size, "max_overflow": max_overflow, "pool_use_lifo": True}
+        # asyncpg waits 60 s for a server that never answers; a request should not.
+        kwargs["connect_args"] = {"timeout": connect_timeout, **kwargs.get("connect_args", {})}
         engine = create_async_engine(url, **_JSON, **kwargs)
         _ping_when_idle(engine, ping_after_idle)
         _tell_unreachable(engine)

@@ -87,6 +87,37 @@ def database_unavailable(error: Exception) -> CitegateError | None:
     return DatabaseUnavailable()
 
 
+class OutageLog:
+    """What a background loop (the batch poller) logs of its rounds' failures: a database that
+    cannot be reached once when it goes and once when it is back, not a traceback every round
+    while it is away; any other failure, a bug, with its traceback every time."""
+
+    def __init__(self, logger: logging.Logger, what: str) -> None:
+        self._log = logger
+        self._what = what
+        self._away = False
+
+    def failed(self, error: Exception) -> None:
+        if not unreachable(error):
+            self._log.error("%s failed", self._what, exc_info=error)
+            return
+        if not self._away:
+            cause = _driver_error(error)
+            self._log.warning(
+                "%s: the database cannot be reached (%s: %s); trying again every round, "
+                "logged again when it answers",
+                self._what,
+                type(cause).__name__,
+                cause,
+            )
+            self._away = True
+
+    def succeeded(self) -> None:
+        if self._away:
+            self._log.warning("%s: the database answers again", self._what)
+            self._away = False
+
+
 class _DriverConnection(Protocol):
     def is_closed(self) -> bool: ...
 

@@ -43,7 +43,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from app.db.engine import create_engine
 from app.db.models import LocalEngineBatch, LocalEngineResult
-from app.db.unavailable import FAILURES
+from app.db.unavailable import FAILURES, OutageLog
 from app.local_engine.api_error import ApiError, InvalidRequestError
 from app.local_engine.engine import LocalEngine, new_upstream_id
 from app.local_engine.request_validation import parse_create_request
@@ -302,14 +302,17 @@ class LocalBatches:
     async def _run(self) -> None:
         """Take every batch that no process answers, then wait for a creation or the tick."""
         await self._ensure_schema()
+        outage = OutageLog(log, "local engine: looking for batches to answer")
         while True:
             try:
                 for batch_id in await self._take_due():
                     task = asyncio.get_running_loop().create_task(self._answer_batch(batch_id))
                     self._tasks[batch_id] = task
                     task.add_done_callback(partial(self._forget, batch_id))
-            except Exception:  # the database failed: the batches wait for the next round
-                log.exception("local engine: looking for batches to answer failed")
+            except Exception as exc:  # the database failed: the batches wait for the next round
+                outage.failed(exc)
+            else:
+                outage.succeeded()
             with anyio.move_on_after(self._tick):
                 await self._woken.wait()
             self._woken.clear()

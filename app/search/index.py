@@ -3,7 +3,8 @@
 SQLite: ``chunk_search``, a contentless FTS5 table keyed by the chunk's rowid, written by
 ``index_document`` after the chunks and emptied by a trigger when they are deleted, ranked by
 BM25. PostgreSQL: ``document_chunks.search_vector``,
-a stored generated ``tsvector`` with a GIN index, ranked by ``ts_rank_cd``. Either way the index
+a stored generated ``tsvector`` with a GIN index on ``(tenant_id, search_vector)`` (btree_gin),
+ranked by ``ts_rank_cd``. Either way the index
 is written in the transaction that writes the chunks: a document is searchable
 once stored and never half-indexed, and the index goes with the chunks when they are deleted.
 Both read ``coalesce(search_text, text)`` (see app.search.terms) and stem English.
@@ -14,7 +15,6 @@ dialect): ``is_index_object`` tells Alembic's comparison to leave them alone.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -91,38 +91,58 @@ _POSTGRES_RANKED_IN_COLLECTION = text(
     )
 )
 
-# How many chunks match a term, counted up to a cap: the count stops there, so a common word
-# costs no more than a rare one.
+# How many of the tenant's chunks match each term, counted up to a cap: the count stops there,
+# so a common word costs no more than a rare one, and only the tenant's own chunks are counted
+# (another tenant's never change which words a search ranks by).
+#
+# PostgreSQL, all the terms in one statement, by one of two plans that count the same rows.
+# The GIN index on (tenant_id, search_vector) (migration 0014) finds only the tenant's rows, but
+# intersects each word's chunks with all of the tenant's: cheap for a tenant among others, dear
+# for one holding most of the chunks. For such a tenant the tenant is checked on the rows the
+# word finds instead (``OFFSET 0`` keeps it out of the index scan): a capped count then stops
+# after at most about cap / share rows. The share is read from the column's statistics
+# (ANALYZE, autovacuum); it only chooses the plan, never what is counted. No statistics: the
+# index. SQLite: FTS5 finds the matches of every tenant and the join keeps the tenant's.
 _SQLITE_MATCH_COUNT = text(
-    "SELECT count(*) FROM (SELECT 1 FROM chunk_search WHERE chunk_search MATCH :match LIMIT :cap)"
-)
-_POSTGRES_MATCH_COUNT = text(
-    "SELECT count(*) FROM (SELECT 1 FROM document_chunks "
-    "WHERE search_vector @@ to_tsquery('english', :query) LIMIT :cap) AS matching"
-)
-# PostgreSQL's statistics of the column (kept by ANALYZE and autovacuum) hold its most common
-# lexemes and the share of chunks holding each. A lexeme not among them is rarer than the
-# rarest of them and taken to be half as common, as the planner takes it. Reading them is one
-# catalogue lookup for all the terms, where counting reads a table row for every chunk
-# counted. A term whose words are all stop words matches nothing (no lexeme: NULL). No row at
-# all: the column has no statistics yet.
-_POSTGRES_MATCH_ESTIMATES = text(
     """
-    WITH stats AS MATERIALIZED (
-        SELECT most_common_elems::text::text[] AS lexemes, most_common_elem_freqs AS shares,
-               (SELECT reltuples FROM pg_class WHERE oid = 'document_chunks'::regclass) AS chunks
-        FROM pg_stats
-        WHERE schemaname = current_schema() AND tablename = 'document_chunks'
-          AND attname = 'search_vector' AND most_common_elems IS NOT NULL
+    SELECT count(*) FROM (
+        SELECT 1 FROM chunk_search JOIN document_chunks AS c ON c.rowid = chunk_search.rowid
+        WHERE chunk_search MATCH :match AND c.tenant_id = :tenant_id
+        LIMIT :cap
     )
-    SELECT (
-        SELECT min(coalesce(
-            s.shares[array_position(s.lexemes, lexeme)], s.shares[cardinality(s.lexemes) + 1] / 2
-        )) * s.chunks
-        FROM unnest(tsvector_to_array(to_tsvector('english', t.term))) AS lexeme
+    """
+)
+LARGE_TENANT_SHARE = 0.5
+_POSTGRES_MATCH_COUNTS = text(
+    """
+    WITH share AS MATERIALIZED (
+        SELECT coalesce(max(common.share), 0) AS share
+        FROM pg_stats AS s,
+             unnest(s.most_common_vals::text::text[], s.most_common_freqs) AS common(tenant, share)
+        WHERE s.schemaname = current_schema() AND s.tablename = 'document_chunks'
+          AND s.attname = 'tenant_id' AND common.tenant = :tenant_id
+    ), queries AS MATERIALIZED (
+        SELECT t.position, to_tsquery('english', t.term) AS q
+        FROM unnest(:terms) WITH ORDINALITY AS t(term, position)
     )
-    FROM stats AS s, unnest(:terms) WITH ORDINALITY AS t(term, position)
-    ORDER BY t.position
+    SELECT CASE WHEN share.share >= :large_share THEN (
+        SELECT count(*) FROM (
+            SELECT 1 FROM (
+                SELECT c.tenant_id FROM document_chunks AS c WHERE c.search_vector @@ queries.q
+                OFFSET 0
+            ) AS found
+            WHERE found.tenant_id = :tenant_id
+            LIMIT :cap
+        ) AS matching
+    ) ELSE (
+        SELECT count(*) FROM (
+            SELECT 1 FROM document_chunks AS c
+            WHERE c.tenant_id = :tenant_id AND c.search_vector @@ queries.q
+            LIMIT :cap
+        ) AS matching
+    ) END
+    FROM queries, share
+    ORDER BY queries.position
     """
 ).bindparams(bindparam("terms", type_=ARRAY(String)))
 
@@ -191,27 +211,26 @@ def is_index_object(name: str | None, type_: str) -> bool:
     return name in (VECTOR_COLUMN, VECTOR_INDEX)
 
 
-async def match_counts(session: AsyncSession, terms: list[str], cap: int) -> list[int]:
-    """For each term, about how many chunks (of any tenant) match it, up to ``cap``: counted on
-    SQLite, estimated from the column's statistics on PostgreSQL (counted while it has none)."""
+async def match_counts(
+    session: AsyncSession, tenant_id: str, terms: list[str], cap: int
+) -> list[int]:
+    """For each term, how many of the tenant's chunks match it, counted up to ``cap``."""
+    if not terms:
+        return []
     connection = await session.connection()
-    postgres = connection.dialect.name == "postgresql"
-    if postgres:
-        estimates = (await session.execute(_POSTGRES_MATCH_ESTIMATES, {"terms": terms})).all()
-        if estimates:
-            # At least one: statistics older than the chunks (none counted yet) leave words in.
-            return [
-                0 if row[0] is None else min(cap, max(1, math.ceil(row[0]))) for row in estimates
-            ]
+    if connection.dialect.name == "postgresql":
+        parameters = {
+            "tenant_id": tenant_id,
+            "terms": terms,
+            "cap": cap,
+            "large_share": LARGE_TENANT_SHARE,
+        }
+        rows = await session.execute(_POSTGRES_MATCH_COUNTS, parameters)
+        return [int(row[0]) for row in rows.all()]
     counts = []
     for term in terms:
-        if postgres:
-            count = await session.scalar(_POSTGRES_MATCH_COUNT, {"query": term, "cap": cap})
-        else:
-            count = await session.scalar(
-                _SQLITE_MATCH_COUNT, {"match": fts5_match([term]), "cap": cap}
-            )
-        counts.append(int(count or 0))
+        parameters = {"tenant_id": tenant_id, "match": fts5_match([term]), "cap": cap}
+        counts.append(int(await session.scalar(_SQLITE_MATCH_COUNT, parameters) or 0))
     return counts
 
 

@@ -66,7 +66,7 @@ async def _search(
     terms = query_terms(query)
     if not terms or limit < 1:
         return []
-    counts = await index.match_counts(session, terms, MATCH_BUDGET + 1)
+    counts = await index.match_counts(session, tenant_id, terms, MATCH_BUDGET + 1)
     terms = affordable_terms(terms, counts, MATCH_BUDGET)
     # The index ranks more chunks than passages are wanted: neighbours merge and documents
     # are capped, so several hits may end in one passage.

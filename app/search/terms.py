@@ -86,6 +86,9 @@ def tsquery(terms: list[str]) -> str:
 def affordable_terms(terms: list[str], counts: list[int], budget: int) -> list[str]:
     """The terms worth ranking by, in query order: the rarest first, for as long as the
     chunks they match stay within ``budget``, and always the rarest one that matches.
+    ``counts``: how many of the searching tenant's chunks each term matches (capped), never
+    counts over all tenants, so that what another tenant stores never changes the words a
+    search ranks by.
 
     Ranking costs time for every chunk that matches, and the common words of a query (a
     word in every fiftieth chunk of a large library) add most of the chunks and the least to
