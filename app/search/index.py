@@ -96,7 +96,7 @@ _POSTGRES_RANKED_IN_COLLECTION = text(
 # (another tenant's never change which words a search ranks by).
 #
 # PostgreSQL, all the terms in one statement, by one of two plans that count the same rows.
-# The GIN index on (tenant_id, search_vector) (migration 0014) finds only the tenant's rows, but
+# The GIN index on (tenant_id, search_vector) (migration 0015) finds only the tenant's rows, but
 # intersects each word's chunks with all of the tenant's: cheap for a tenant among others, dear
 # for one holding most of the chunks. For such a tenant the tenant is checked on the rows the
 # word finds instead (``OFFSET 0`` keeps it out of the index scan): a capped count then stops

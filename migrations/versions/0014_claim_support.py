@@ -1,6 +1,6 @@
 """claim support: how a batch request's citations are checked
 
-Revision ID: 0014_claim_support
+Revision ID: 0014
 Revises: 0013
 Create Date: 2026-12-04
 
@@ -14,7 +14,7 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-revision: str = "0014_claim_support"
+revision: str = "0014"
 down_revision: str | None = "0013"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
