@@ -9,6 +9,7 @@ are OpenAI's own, described by its API reference and spoken by its SDKs.
 
 from __future__ import annotations
 
+import time
 from collections.abc import AsyncGenerator
 from contextlib import aclosing
 from typing import Annotated, Any, Literal
@@ -18,20 +19,23 @@ from fastapi import APIRouter, File, Form, Path, Query, Request, Response, Uploa
 from starlette.background import BackgroundTask
 
 from app.answers import service as answers
+from app.answers import store
 from app.answers.answer import AnswerOut
 from app.answers.context import AnswerContext
 from app.answers.relay import RelayedAnswer, open_relay
-from app.answers.request import prepare
+from app.answers.request import prepare, release
 from app.api.deps import (
     AnthropicPrincipalDep,
+    PdfPagesDep,
     RequestSession,
     SessionDep,
     SettingsDep,
     SourceCacheDep,
 )
 from app.api.documents import content_response, store_uploaded_file
-from app.api.event_stream import EventStream
+from app.api.event_stream import EventStream, server_sent
 from app.collections import service as collections
+from app.compat.openai import service as responses
 from app.compat.openai.chat import (
     DONE,
     ChatChunks,
@@ -54,6 +58,12 @@ from app.compat.openai.files import (
     vector_store_object,
     vector_store_request,
 )
+from app.compat.openai.responses import (
+    INCLUDE_RESULTS,
+    ResponseEvents,
+    parse_responses_request,
+    response_object,
+)
 from app.db.models import Collection, Document
 from app.db.tenancy import list_around
 from app.documents import service as documents
@@ -69,6 +79,7 @@ PrincipalDep = AnthropicPrincipalDep
 FileId = Annotated[str, Path(pattern=NO_NUL, max_length=100)]
 StoreId = Annotated[str, Path(pattern=NO_NUL, max_length=100)]
 ListId = Annotated[str | None, Query(pattern=NO_NUL, max_length=100)]
+ResponseId = Annotated[str, Path(pattern=NO_NUL, max_length=100)]
 Order = Annotated[Literal["asc", "desc"], Query()]
 
 
@@ -317,3 +328,98 @@ async def search_vector_store(
         "has_more": False,
         "next_page": None,
     }
+
+
+# Responses: each the first turn of a conversation, or a follow-up in one.
+
+
+@router.post("/responses", operation_id="openaiCreateResponse")
+async def create_response(request: Request, principal: PrincipalDep) -> Response:
+    context: AnswerContext = request.app.state.answer_context
+    asked = parse_responses_request(await request.body())
+    async with RequestSession(request) as session:
+        prepared, echo, made = await responses.prepare_response(
+            session, principal.tenant_id, asked, context
+        )
+    if asked.stream:
+        try:
+            relayed = await open_relay(context, principal, prepared)
+        except BaseException:
+            await responses.discard(context, prepared, made)
+            raise
+        passages = None
+        if prepared.retrieval["mode"] == "passages":
+            first = prepared.retrieval["first_new_passage"]
+            passages = prepared.retrieval["passages"][first:]
+        events = ResponseEvents(
+            prepared.id,
+            prepared.request["model"],
+            int(time.time()),
+            prepared.question,
+            passages,
+            echo,
+        )
+        return EventStream(
+            _response_events(relayed, events),
+            ping=context.settings.sse_keepalive_seconds,
+            send_timeout=context.settings.stream_send_timeout_seconds or None,
+            headers={ANSWER_HEADER: prepared.id},
+            finish=BackgroundTask(relayed.close),
+        )
+    try:
+        answer, _ = await answers.answer_prepared(context, principal, prepared)
+    except BaseException:
+        await responses.discard(context, prepared, made)
+        raise
+    finally:
+        await release(context, prepared)
+    return Response(
+        orjson.dumps(response_object(answer.shown(), echo)),
+        media_type="application/json",
+        headers={ANSWER_HEADER: answer.id},
+    )
+
+
+async def _response_events(
+    relayed: RelayedAnswer, events: ResponseEvents
+) -> AsyncGenerator[bytes, None]:
+    yield _sent(events.start())
+    async with aclosing(relayed.events()) as stream:
+        async for made in stream:
+            out: list[tuple[str, dict[str, Any]]] = []
+            for name, data in made:
+                if isinstance(data, AnswerOut):
+                    out.extend(events.end(data.shown()))
+                elif name == "error":
+                    failure = relayed.failure
+                    assert failure is not None
+                    error = openai_error(failure)
+                    out.extend(events.failed(error.openai_code or "server_error", error.message))
+                else:
+                    out.extend(events.of_event(name, data))
+            if out:
+                yield _sent(out)
+
+
+def _sent(events: list[tuple[str, dict[str, Any]]]) -> bytes:
+    return server_sent([(name, orjson.dumps(data).decode()) for name, data in events])
+
+
+@router.get("/responses/{response_id}", operation_id="openaiGetResponse")
+async def get_response(
+    request: Request,
+    response_id: ResponseId,
+    session: SessionDep,
+    principal: PrincipalDep,
+    pages: PdfPagesDep,
+) -> dict[str, Any]:
+    include = [*request.query_params.getlist("include"), *request.query_params.getlist("include[]")]
+    for index, entry in enumerate(include):
+        if entry != INCLUDE_RESULTS:
+            raise unsupported(f"include[{index}]", f"Citegate can include {INCLUDE_RESULTS} only.")
+    answer = await store.get_answer(session, principal.tenant_id, response_id)
+    shown = (await store.answer_out(session, pages, answer)).shown()
+    echo = await responses.response_echo(
+        session, principal.tenant_id, answer, INCLUDE_RESULTS in include
+    )
+    return response_object(shown, echo)

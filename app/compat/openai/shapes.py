@@ -115,7 +115,10 @@ def responses_usage(usage: dict[str, int]) -> dict[str, Any]:
     chat = chat_usage(usage)
     return {
         "input_tokens": chat["prompt_tokens"],
-        "input_tokens_details": {"cached_tokens": usage["cache_read_input_tokens"]},
+        "input_tokens_details": {
+            "cached_tokens": usage["cache_read_input_tokens"],
+            "cache_write_tokens": usage["cache_creation_input_tokens"],
+        },
         "output_tokens": chat["completion_tokens"],
         "output_tokens_details": {"reasoning_tokens": 0},
         "total_tokens": chat["total_tokens"],
