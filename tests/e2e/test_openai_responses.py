@@ -82,7 +82,8 @@ def test_a_response_over_input_files_cites_verified_spans(
     shown = response.model_dump()["output"][0]["content"][0]
     stored = httpx.get(f"{served.base_url}/v1/answers/{response.id}").json()
     assert stored["text"] == response.output_text == shown["text"]
-    assert stored["conversation_id"] is not None  # a response starts a conversation
+    # Over documents, a response is a plain answer until a follow-up makes its conversation.
+    assert stored["conversation_id"] is None
     check_citations(served.base_url, shown, stored)
     assert {a["file_id"] for a in shown["annotations"]} == {grass.id, pdf.id}
     assert {a["filename"] for a in shown["annotations"]} == {"grass.txt", AMAZON_PDF.name}
@@ -334,7 +335,9 @@ def test_what_goes_upstream_and_nothing_half_stored(
 
         # The follow-up replays the conversation: the earlier answer with its citation.
         fake.reset(Reply(body=message([{"type": "text", "text": "Yes."}])))
-        api.responses.create(model="claude-sonnet-5", input="Sure?", previous_response_id=first.id)
+        second = api.responses.create(
+            model="claude-sonnet-5", input="Sure?", previous_response_id=first.id
+        )
         sent = fake.requests[-1].body
         assert sent["system"] == "Be brief."
         roles = [m["role"] for m in sent["messages"]]
@@ -343,12 +346,35 @@ def test_what_goes_upstream_and_nothing_half_stored(
             "The grass is green. "
         )
         assert sent["messages"][2]["content"][-1] == {"type": "text", "text": "Sure?"}
+        # Its conversation was made on the first response's documents and instructions.
+        (conversation_id,) = {
+            client.get(f"/v1/answers/{answer_id}").json()["conversation_id"]
+            for answer_id in (first.id, second.id)
+        }
+        conversation = client.get(f"/v1/conversations/{conversation_id}").json()
+        assert [a["id"] for a in conversation["answers"]] == [first.id, second.id]
+        assert [d["document_id"] for d in conversation["documents"]] == [grass.id]
+        assert (conversation["system"], conversation["model"]) == ("Be brief.", "claude-sonnet-5")
+        # A third turn goes on in the same conversation.
+        fake.reset(Reply(body=message([{"type": "text", "text": "Quite."}])))
+        third = api.responses.create(
+            model="claude-sonnet-5", input="Really?", previous_response_id=second.id
+        )
+        assert client.get(f"/v1/answers/{third.id}").json()["conversation_id"] == conversation_id
+        assert [m["role"] for m in fake.requests[-1].body["messages"]] == [
+            "user",
+            "assistant",
+        ] * 2 + ["user"]
 
-        # An upstream error leaves no conversation behind, and answers in OpenAI's shape.
+        # An upstream error leaves no conversation behind (one over a vector store starts its
+        # conversation before it asks), and answers in OpenAI's shape.
+        store = api.vector_stores.create(name="Grass", file_ids=[grass.id])
         before = count_rows(database_url, ("conversations", "answers"))
         fake.reset(error(529, "overloaded_error", "Overloaded"))
         with pytest.raises(openai.InternalServerError) as failed:
-            api.responses.create(model="claude-sonnet-5", input=input_files(grass.id))
+            api.responses.create(
+                model="claude-sonnet-5", input="What color?", tools=file_search(store.id)
+            )
         assert failed.value.status_code == 503
         assert count_rows(database_url, ("conversations", "answers")) == before
 

@@ -9,7 +9,7 @@ from dataclasses import replace
 from typing import Any
 
 import anyio
-from sqlalchemy import delete, select
+from sqlalchemy import delete, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.answers.context import AnswerContext
@@ -26,33 +26,46 @@ from app.ids import new_id
 async def prepare_response(
     session: AsyncSession, tenant_id: str, asked: ResponseQuestion, context: AnswerContext
 ) -> tuple[Prepared, Echo, bool]:
-    """The question ready to send, what its response echoes, and whether its conversation was
+    """The question ready to send, what its response echoes, and whether a conversation was
     made for it (to discard, should the answer never be stored). A follow-up's conversation is
-    claimed: ``answers.request.release`` gives it back."""
+    claimed: ``answers.request.release`` gives it back.
+
+    A response over documents is stored as a plain answer (its row says everything a
+    conversation on it needs) and its conversation is made by its first follow-up; one over a
+    vector store starts its conversation at once, the only place its collection is kept."""
+    made = False
     if asked.previous_response_id is None:
         body = asked.answer_request()
         prepared = await prepare(session, tenant_id, body, context, earlier=asked.earlier)
-        conversation = Conversation(
-            id=new_id("conv"),
-            tenant_id=tenant_id,
-            title=None,
-            system=body.system,
-            model=body.model,
-            document_ids=list(body.document_ids or ()),
-            collection_id=body.collection_id,
-        )
-        session.add(conversation)
-        await session.commit()
-        prepared = replace(prepared, conversation_id=conversation.id)
-        made = True
+        if body.collection_id is not None:
+            conversation = Conversation(
+                id=new_id("conv"),
+                tenant_id=tenant_id,
+                title=None,
+                system=body.system,
+                model=body.model,
+                document_ids=[],
+                collection_id=body.collection_id,
+            )
+            session.add(conversation)
+            await session.commit()
+            prepared = replace(prepared, conversation_id=conversation.id)
+            made = True
+        instructions, tools = body.system, asked.tools
     else:
-        conversation = await _conversation_of(session, tenant_id, asked.previous_response_id)
+        conversation = await _conversation_of(session, tenant_id, asked)
         _check_follow_up(asked, conversation)
         body = asked.follow_up(conversation.id)
         prepared = await prepare(session, tenant_id, body, context, claim=True)
-        made = False
+        instructions, tools = conversation.system, asked.tools or tools_of(conversation)
     try:
-        names = await filenames(session, tenant_id, cited_ids(prepared))
+        names = {
+            source.document_id: source.filename or source.title or source.document_id
+            for source in prepared.sources
+            if source is not None
+        }
+        if prepared.passages:
+            names |= await filenames(session, tenant_id, cited_ids(prepared))
         if session.in_transaction():
             await session.commit()
     except BaseException:
@@ -62,8 +75,8 @@ async def prepare_response(
             await discard(context, prepared, made)
         raise
     echo = Echo(
-        instructions=conversation.system,
-        tools=asked.tools or tools_of(conversation),
+        instructions=instructions,
+        tools=tools,
         previous_response_id=asked.previous_response_id,
         include_results=asked.include_results,
         max_output_tokens=asked.max_tokens,
@@ -85,14 +98,44 @@ def tools_of(conversation: Conversation | None) -> list[dict[str, Any]]:
     return [{"type": "file_search", "vector_store_ids": [conversation.collection_id]}]
 
 
-async def _conversation_of(session: AsyncSession, tenant_id: str, response_id: str) -> Conversation:
-    answer = await get_answer(session, tenant_id, response_id)  # 404 answer_not_found
+async def _conversation_of(
+    session: AsyncSession, tenant_id: str, asked: ResponseQuestion
+) -> Conversation:
+    """The conversation ``previous_response_id`` is a turn of; for a response over documents
+    asked outside one, a conversation made now on its documents, instructions and the model
+    the follow-up names, with that response as its first turn. Two follow-ups of it at once
+    make one conversation: the second finds the first's."""
+    assert asked.previous_response_id is not None
+    answer = await get_answer(session, tenant_id, asked.previous_response_id)  # 404
     if answer.conversation_id is None:
-        raise invalid(
-            "previous_response_id",
-            "This answer is in no conversation: only a response (or an answer in a "
-            "conversation) can be continued.",
+        mode = (answer.retrieval or {}).get("mode", "documents")
+        if mode != "documents" or not answer.documents:
+            raise invalid(
+                "previous_response_id",
+                "This answer retrieved passages outside a conversation: it cannot be continued.",
+            )
+        conversation = Conversation(
+            id=new_id("conv"),
+            tenant_id=tenant_id,
+            title=None,
+            system=answer.system,
+            model=asked.model,
+            document_ids=[document["document_id"] for document in answer.documents],
+            collection_id=None,
         )
+        session.add(conversation)
+        await session.flush()
+        adopted = await session.execute(
+            update(Answer)
+            .where(Answer.id == answer.id, Answer.conversation_id.is_(None))
+            .values(conversation_id=conversation.id)
+        )
+        if adopted.rowcount == 1:  # type: ignore[attr-defined]
+            await session.commit()
+            return conversation
+        await session.rollback()  # another follow-up made its conversation first
+        answer = await get_answer(session, tenant_id, asked.previous_response_id)
+        assert answer.conversation_id is not None
     return await conversations.get_conversation(session, tenant_id, answer.conversation_id)
 
 
