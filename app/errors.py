@@ -223,6 +223,19 @@ class ErrorCode(StrEnum):
         409,
         "the results of a Message Batch (`/anthropic`) asked before it has ended",
     )
+    # The OpenAI-compatible API (`/openai`, where errors are in OpenAI's shape)
+    UNSUPPORTED_PARAMETER = (
+        "unsupported_parameter",
+        400,
+        "a parameter of OpenAI's that Citegate does not take, or a value of one that Claude "
+        "cannot honour (several choices, logprobs, tools other than `file_search`); `param` "
+        "names it",
+    )
+    INVALID_PARAMETER = (
+        "invalid_parameter",
+        400,
+        "a parameter of an OpenAI-compatible request whose value is not valid; `param` names it",
+    )
     # The upstream Messages API
     UPSTREAM_REJECTED = (
         "upstream_rejected",

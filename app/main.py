@@ -21,6 +21,7 @@ from app.api import (
     collections,
     conversations,
     health,
+    openai,
     search,
     seeing,
 )
@@ -32,6 +33,7 @@ from app.auth import keys
 from app.auth.limits import KeyLimits
 from app.batches.poller import BatchPoller
 from app.compat import errors as compat_errors
+from app.compat.openai import errors as openai_errors
 from app.db.engine import RowInserter, RowUpdater, create_engine, create_session_factory
 from app.db.models import Answer
 from app.db.unavailable import FAILURES, database_unavailable
@@ -149,7 +151,12 @@ def create_app(settings: Settings | None = None, *, own_process: bool = False) -
     app.state.key_cache = keys.KeyCache(settings.recheck_seconds)
     app.state.pdf_pages = PdfPages()
     app.state.source_cache = SourceCache(settings.source_cache_chars, settings.recheck_seconds)
-    rendering = ErrorRendering({compat_errors.PREFIX: compat_errors.render_messages_error})
+    rendering = ErrorRendering(
+        {
+            compat_errors.PREFIX: compat_errors.render_messages_error,
+            openai_errors.PREFIX: openai_errors.render_openai_error,
+        }
+    )
     install_error_handlers(app, rendering, dict.fromkeys(FAILURES, database_unavailable))
     app.add_middleware(BodyChecks, settings=settings, rendering=rendering)
     app.add_middleware(RequestObserver, metrics=metrics)
@@ -158,6 +165,7 @@ def create_app(settings: Settings | None = None, *, own_process: bool = False) -
     # routes are met soonest. No two routers share a path, so the order decides nothing else.
     app.include_router(answers.router, dependencies=authenticated)
     app.include_router(anthropic.router)  # its routes authenticate as the Messages API does
+    app.include_router(openai.router)  # as the OpenAI SDKs do
     app.include_router(health.router)
     app.get("/metrics", include_in_schema=False)(metrics_endpoint)
     app.include_router(documents_router(settings), dependencies=authenticated)

@@ -3,7 +3,9 @@
 Three servers, each in its own process on 127.0.0.1: an instant fake Messages API (this file,
 ``--serve-fake``), a bare forwarder (``bench/forwarder.py``: FastAPI and one httpx client), and
 ``citegate serve`` as deployed (keys required, one worker unless --workers), asked through
-``/v1/answers`` and through the Anthropic-compatible ``/anthropic/v1/messages`` (file blocks).
+``/v1/answers`` and through the Anthropic-compatible ``/anthropic/v1/messages`` (file blocks),
+and with ``--routes`` also (or instead) through the OpenAI-compatible
+``/openai/v1/chat/completions`` and ``/openai/v1/responses`` (file parts).
 The client is ``hey`` (Debian's package ``hey``), an external Go program, so the instrument
 costs the Python processes nothing. Three 100 KB text documents are stored in Citegate; the
 forwarder is sent the same Messages request Citegate builds (the documents inline, citations
@@ -28,7 +30,7 @@ what remains is the server's own cost, CPU per request being the figure least mo
 
     .venv/bin/python bench/overhead.py [--requests 2000] [--repetitions 3] [--concurrency 1 32]
         [--mode json|stream|both] [--database-url URL] [--workers N] [--soak 20000]
-        [--against REV] [--event-relay]
+        [--against REV] [--event-relay] [--routes answers anthropic chat responses]
 
 A change is measured with ``--against REV`` (its parent, say): Citegate at that revision runs
 beside this checkout's, each on its own database, and every repetition asks both, so the two
@@ -305,50 +307,99 @@ def event_relay(url: str, pid: int, workdir: Path) -> Target:
     return Target("event relay", f"{url}/v1/messages", direct, {}, (pid,))
 
 
+ROUTES = ("answers", "anthropic", "chat", "responses")
+
+
 def citegate_targets(
-    stack: Stack, workdir: Path, stream: bool, label: str = ""
-) -> tuple[Target, Target]:
-    """Citegate's two routes for the same question, on documents stored in it just now."""
+    stack: Stack,
+    workdir: Path,
+    stream: bool,
+    label: str = "",
+    routes: tuple[str, ...] = ("answers", "anthropic"),
+) -> tuple[Target, ...]:
+    """Citegate's routes for the same question, on documents stored in it just now:
+    ``/v1/answers``, the Anthropic-compatible ``/anthropic/v1/messages`` (the documents named as
+    file blocks, which Citegate turns into the forwarder's request, cache_control added), and
+    the OpenAI-compatible ``/openai/v1/chat/completions`` (``file`` parts) and
+    ``/openai/v1/responses`` (``input_file`` parts; each response starts a conversation)."""
     ids = store_documents(stack)
-    ask = written(
-        workdir,
-        f"ask{label}",
-        stream,
-        {"question": QUESTION, "document_ids": ids, "stream": stream},
-    )
-    # The same question through the Anthropic-compatible route: the documents named as files,
-    # which Citegate turns into the forwarder's request (`baselines`, cache_control added).
-    files = [
-        {
-            "type": "document",
-            "source": {"type": "file", "file_id": document_id},
-            "title": f"Document {index}",
-            "citations": {"enabled": True},
-        }
-        for index, document_id in enumerate(ids)
-    ]
-    compatible = written(
-        workdir,
-        f"compatible{label}",
-        stream,
-        {
-            "model": "claude-sonnet-5",
-            "max_tokens": 1024,
-            "stream": stream,
-            "messages": [{"role": "user", "content": [*files, {"type": "text", "text": QUESTION}]}],
-        },
-    )
-    citegate, pids = stack.citegate, (stack.pid,)
-    return (
-        Target(f"Citegate{label}", f"{citegate}/v1/answers", ask, stack.headers, pids),
-        Target(
-            f"compatible{label}",
-            f"{citegate}/anthropic/v1/messages",
-            compatible,
-            stack.headers,
-            pids,
+    bodies: dict[str, tuple[str, str, dict[str, Any]]] = {
+        "answers": (
+            f"Citegate{label}",
+            "/v1/answers",
+            {"question": QUESTION, "document_ids": ids, "stream": stream},
         ),
-    )
+        "anthropic": (
+            f"compatible{label}",
+            "/anthropic/v1/messages",
+            {
+                "model": "claude-sonnet-5",
+                "max_tokens": 1024,
+                "stream": stream,
+                "messages": [
+                    {
+                        "role": "user",
+                        "content": [
+                            *(
+                                {
+                                    "type": "document",
+                                    "source": {"type": "file", "file_id": document_id},
+                                    "title": f"Document {index}",
+                                    "citations": {"enabled": True},
+                                }
+                                for index, document_id in enumerate(ids)
+                            ),
+                            {"type": "text", "text": QUESTION},
+                        ],
+                    }
+                ],
+            },
+        ),
+        "chat": (
+            f"openai chat{label}",
+            "/openai/v1/chat/completions",
+            {
+                "model": "claude-sonnet-5",
+                "max_completion_tokens": 1024,
+                "stream": stream,
+                "messages": [
+                    {
+                        "role": "user",
+                        "content": [
+                            *({"type": "file", "file": {"file_id": i}} for i in ids),
+                            {"type": "text", "text": QUESTION},
+                        ],
+                    }
+                ],
+            },
+        ),
+        "responses": (
+            f"openai responses{label}",
+            "/openai/v1/responses",
+            {
+                "model": "claude-sonnet-5",
+                "max_output_tokens": 1024,
+                "stream": stream,
+                "input": [
+                    {
+                        "role": "user",
+                        "content": [
+                            *({"type": "input_file", "file_id": i} for i in ids),
+                            {"type": "input_text", "text": QUESTION},
+                        ],
+                    }
+                ],
+            },
+        ),
+    }
+    targets = []
+    for route in routes:
+        name, path, body = bodies[route]
+        written_body = written(workdir, f"{route}{label}", stream, body)
+        targets.append(
+            Target(name, f"{stack.citegate}{path}", written_body, stack.headers, (stack.pid,))
+        )
+    return tuple(targets)
 
 
 def median_cpu(runs: list[Run]) -> float:
@@ -393,9 +444,10 @@ def measure(
         workdir = Path(tmp)
         for stream in {"json": (False,), "stream": (True,), "both": (False, True)}[args.mode]:
             fake, bare = baselines(stack, forwarder, forwarder_pid, workdir, stream)
-            ours: tuple[Target, ...] = citegate_targets(stack, workdir, stream)
+            routes = tuple(args.routes)
+            ours = citegate_targets(stack, workdir, stream, routes=routes)
             if against is not None:
-                ours += citegate_targets(against[0], workdir, stream, f"@{against[1]}")
+                ours += citegate_targets(against[0], workdir, stream, f"@{against[1]}", routes)
             floors = (event_relay(*relay, workdir),) if relay is not None and stream else ()
             all_targets = (fake, bare, *floors, *ours)
             width = max(len(t.name) for t in all_targets)
@@ -426,8 +478,15 @@ def measure(
                     print(
                         f"  {target.name} / forwarder CPU: {cpu[target.name] / cpu[bare.name]:.2f}x"
                     )
-                # This checkout's two routes, then the other revision's, in the same order.
-                for now, then in zip(ours[:2], ours[2:], strict=False):
+                # Each route against /v1/answers, when both were asked.
+                first = ours[0]
+                if routes[0] == "answers":
+                    for target in ours[1 : len(routes)]:
+                        ratio = cpu[target.name] / cpu[first.name]
+                        print(f"  {target.name} / {first.name} CPU: {ratio:.2f}x")
+                # This checkout's routes, then the other revision's, in the same order.
+                here, there = ours[: len(routes)], ours[len(routes) :]
+                for now, then in zip(here, there, strict=False):
                     print(f"  {now.name} / {then.name} CPU: {cpu[now.name] / cpu[then.name]:.2f}x")
     print(
         f"peak RSS: Citegate {peak_rss_mib((stack.pid,)):.0f} MiB "
@@ -486,6 +545,15 @@ def main() -> None:
     parser.add_argument("--database-url", help="default: a new SQLite file")
     parser.add_argument("--workers", type=int, default=1)
     parser.add_argument("--mode", choices=("json", "stream", "both"), default="both")
+    parser.add_argument(
+        "--routes",
+        nargs="+",
+        choices=ROUTES,
+        default=["answers", "anthropic"],
+        help="Citegate's routes to ask (the first, when answers, is what the others are "
+        "compared with): /v1/answers, /anthropic/v1/messages, /openai/v1/chat/completions, "
+        "/openai/v1/responses",
+    )
     parser.add_argument("--soak", type=int, help="instead: this many answers, RSS as they go")
     parser.add_argument(
         "--against",

@@ -67,11 +67,14 @@ async def prepare(
     context: AnswerContext,
     *,
     claim: bool = False,
+    earlier: Sequence[Turn] = (),
 ) -> Prepared:
     """Check everything that can be checked before the upstream is called; build the request.
 
     A follow-up asked with ``claim`` first takes its conversation, then reads its history, so
-    that no other follow-up can add a turn in between; ``release`` gives it back.
+    that no other follow-up can add a turn in between; ``release`` gives it back. ``earlier``
+    are turns the caller sent with a question outside a conversation (a chat's history, in the
+    OpenAI-compatible API), replayed before it.
     """
     settings = context.settings
     model, system = body.model, body.system
@@ -88,7 +91,7 @@ async def prepare(
             session, conversation, conversations.claim_hold(settings)
         )
     try:
-        history: list[Turn] = []
+        history: list[Turn] = list(earlier)
         if conversation is not None:
             # The turns the request replays: completed ones with text to send back (the
             # upstream refuses an empty assistant turn). Their passages are sent again in order,
@@ -119,12 +122,12 @@ async def prepare(
                 await session.rollback()
                 await conversations.release(context.sessions, body.conversation_id, claimed)
         raise
-    earlier = [passage for turn in history for passage in turn.passages]
-    sent = [*earlier, *passages]
+    replayed = [passage for turn in history for passage in turn.passages]
+    sent = [*replayed, *passages]
     retrieval = {
         "mode": mode,
         "passages": [stored_passage(passage) for passage in sent],
-        "first_new_passage": len(earlier),
+        "first_new_passage": len(replayed),
     }
     return Prepared(
         id=new_id("ans"),

@@ -94,9 +94,17 @@ _NOT_FROM_A_ROUTE = {
 }
 
 
+# Codes only the OpenAI-compatible routes give (in OpenAI's error shape; not in this document).
+_ONLY_UNDER_OPENAI = {ErrorCode.UNSUPPORTED_PARAMETER, ErrorCode.INVALID_PARAMETER}
+
+
 def codes_of(status: int) -> list[ErrorCode]:
     """The codes that a route's response with this status can carry, in the enumeration's order."""
-    return [code for code in ErrorCode if code.status == status and code not in _NOT_FROM_A_ROUTE]
+    return [
+        code
+        for code in ErrorCode
+        if code.status == status and code not in _NOT_FROM_A_ROUTE | _ONLY_UNDER_OPENAI
+    ]
 
 
 def _described(status: int, description: str) -> str:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import delete, func, select
@@ -60,6 +61,35 @@ async def list_collections(
     counts = await _document_counts(session, [c.id for c in page.items])
     items = [CountedCollection(c, counts.get(c.id, 0)) for c in page.items]
     return Page(items, page.next_cursor)
+
+
+async def counted(
+    session: AsyncSession, collections: Sequence[Collection]
+) -> list[CountedCollection]:
+    """These collections, each with its number of documents."""
+    counts = await _document_counts(session, [c.id for c in collections])
+    return [CountedCollection(c, counts.get(c.id, 0)) for c in collections]
+
+
+async def get_membership(
+    session: AsyncSession, tenant_id: str, collection_id: str, document_id: str
+) -> tuple[Document, datetime]:
+    """The document in the tenant's collection, and when it was added; 404 when the collection
+    is not the tenant's (``collection_not_found``) or the document is not in it."""
+    collection = await _owned(session, tenant_id, collection_id)
+    row = (
+        await session.execute(
+            select(Document, CollectionDocument.added_at)
+            .join(CollectionDocument, CollectionDocument.document_id == Document.id)
+            .where(
+                CollectionDocument.collection_id == collection.id,
+                CollectionDocument.document_id == document_id,
+            )
+        )
+    ).first()
+    if row is None:
+        raise NotFound(f"No document with id {document_id!r}.", code=ErrorCode.DOCUMENT_NOT_FOUND)
+    return row[0], row[1]
 
 
 async def delete_collection(session: AsyncSession, tenant_id: str, collection_id: str) -> None:

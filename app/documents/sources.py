@@ -58,6 +58,7 @@ class SourceDocument:
     index: DocumentIndex
     size: int  # characters held, for the cache's bound
     cost: RequestCost
+    filename: str | None = None  # as uploaded (the OpenAI-compatible API names files by it)
 
 
 @dataclass(frozen=True, slots=True)
@@ -212,6 +213,7 @@ _DOCUMENTS = select(
     _documents.size_bytes,
     _documents.citable,
     _documents.warnings,
+    _documents.filename,
 ).where(
     _documents.tenant_id == bindparam("tenant_id"),
     _documents.id.in_(bindparam("ids", expanding=True)),
@@ -400,6 +402,15 @@ async def _build(
             kind.estimated_tokens(document.char_count, document.page_count),
         )
         sources.append(
-            SourceDocument(document.id, tenant_id, document.title, prompts, index, size, cost)
+            SourceDocument(
+                document.id,
+                tenant_id,
+                document.title,
+                prompts,
+                index,
+                size,
+                cost,
+                document.filename,
+            )
         )
     return sources
