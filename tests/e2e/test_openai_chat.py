@@ -78,6 +78,14 @@ def check_annotations(
             f"#chars={span['start_char']}-{span['end_char']}"
         )
         assert citegate["verified"] is True, annotation
+        # The support verdict the stored answer gives this citation of the segment.
+        verdicts = [
+            citation["support"]
+            for citation in segments[(start, end)]["citations"]
+            if citation["document_id"] == citegate["document_id"]
+        ]
+        assert citegate["support"] in verdicts, annotation
+        assert citegate["support"]["verdict"] in {"supported", "partial", "unsupported"}
         text = document_text(base_url, citegate["document_id"])
         quoted = text[span["start_char"] : span["end_char"]]
         assert " ".join(quoted.split()) == " ".join(citegate["cited_text"].split())
