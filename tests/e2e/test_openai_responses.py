@@ -45,6 +45,12 @@ def check_citations(base_url: str, output_text: dict[str, Any], stored: dict[str
         assert annotation["file_id"] == citegate["document_id"]
         assert annotation["index"] in ends
         assert citegate["verified"] is True, annotation
+        verdicts = [  # the support verdict the stored answer gives this citation
+            citation["support"]
+            for citation in ends[annotation["index"]]["citations"]
+            if citation["document_id"] == citegate["document_id"]
+        ]
+        assert citegate["support"] in verdicts, annotation
         span = citegate["span"]
         text = document_text(base_url, citegate["document_id"])
         quoted = text[span["start_char"] : span["end_char"]]
