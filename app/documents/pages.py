@@ -1,11 +1,13 @@
 """PDF pages as pictures, and where a span's characters sit on them. PDFium does both: it is
 the extractor the stored text came from, so its character indices are the stored offsets.
 
-A PDF page's stored text is PDFium's ``get_text_range()`` of the page (``app.documents.pdf``),
-and the document text is the pages' texts joined. A span's offsets are therefore page-local
-offsets into that text once the page's start is known, and those are PDFium's character
-indices, except where PDFium holds a character that its text leaves out (a control character
-in some Arabic fonts): the two are aligned once per page then.
+A PDF page's stored text is PDFium's ``get_text_range()`` of the page without hyphenation marks,
+then its filled form values (``app.documents.pdf.page_text``), and the document text is the
+pages' texts joined. A span's offsets are therefore page-local offsets into that text once the
+page's start is known; ``PageText`` maps them to PDFium's text (a form value's characters to its
+widget's rectangle), whose indices are PDFium's character indices, except where PDFium holds a
+character that its text leaves out (a control character in some Arabic fonts): the two are
+aligned once per page then.
 
 Opening a PDF costs more than rendering a page of it, so a few opened documents are kept
 (least recently used), and rendered pages too, bounded by their bytes; ``PdfPages.close``
@@ -24,11 +26,8 @@ import pypdfium2 as pdfium
 import pypdfium2.raw as pdfium_c
 from cachetools import LRUCache
 
-from app.documents.pdf import PDFIUM_LOCK, storable_text
+from app.documents.pdf import PDFIUM_LOCK, PageText, Rect, init_forms, read_page
 from app.documents.png import encode_png
-
-# A rectangle in PDF user space: left, bottom, right, top (points, y upwards).
-Rect = tuple[float, float, float, float]
 
 # Two characters are on one line when their heights overlap by this share of the smaller one.
 _SAME_LINE_OVERLAP = 0.5
@@ -104,11 +103,7 @@ class _Opened:
         while len(self.page_starts) < number:
             page = self.document[len(self.page_starts) - 1]
             try:
-                textpage = page.get_textpage()
-                try:
-                    length = len(storable_text(textpage.get_text_range()))
-                finally:
-                    textpage.close()
+                length = len(read_page(self.document, page)[1].text)
             finally:
                 page.close()
             self.page_starts.append(self.page_starts[-1] + length)
@@ -191,6 +186,7 @@ class PdfPages:
                 raise KeyError(key)
             try:
                 document = pdfium.PdfDocument(data)
+                init_forms(document)
             except pdfium.PdfiumError as exc:
                 raise PdfUnavailable(str(exc)) from exc
             opened = self._open[key] = _Opened(document, data)
@@ -208,44 +204,69 @@ class PdfPages:
                 continue
             page = opened.document[number - 1]
             try:
-                boxes.extend(_page_boxes(page, number, lo, hi))
+                boxes.extend(_page_boxes(opened.document, page, number, lo, hi))
             finally:
                 page.close()
         return boxes
 
 
-def _page_boxes(page: pdfium.PdfPage, number: int, lo: int, hi: int) -> list[Box]:
+def _page_boxes(
+    document: pdfium.PdfDocument, page: pdfium.PdfPage, number: int, lo: int, hi: int
+) -> list[Box]:
     """The boxes of the page's stored text ``[lo, hi)``, as fractions of the displayed page."""
+    raw, stored = read_page(document, page)
     textpage = page.get_textpage()
     try:
-        indices = _char_indices(textpage, lo, hi)
+        indices = _char_indices(textpage, raw, _raw_range(stored, lo, hi))
         chars = [textpage.get_charbox(index) for index in indices]
     finally:
         textpage.close()
     to_display = _display_transform(page)
+    rects = merge_lines(chars) + _field_rects(stored, lo, hi)
     boxes = []
-    for left, bottom, right, top in merge_lines(chars):
+    for left, bottom, right, top in rects:
         (xa, ya), (xb, yb) = to_display(left, bottom), to_display(right, top)
         boxes.append(Box(number, min(xa, xb), min(ya, yb), max(xa, xb), max(ya, yb)))
     return boxes
 
 
-def _char_indices(textpage: pdfium.PdfTextPage, lo: int, hi: int) -> list[int]:
-    """PDFium's character indices of the page text's ``[lo, hi)``."""
-    text = textpage.get_text_range()
+def _raw_range(stored: PageText, lo: int, hi: int) -> list[int]:
+    """The indices in PDFium's page text of the stored text layer's ``[lo, hi)``."""
+    hi = min(hi, stored.layer_length)
+    if lo >= hi:
+        return []
+    if stored.layer_indices is None:
+        return list(range(lo, hi))
+    return stored.layer_indices[lo:hi]
+
+
+def _field_rects(stored: PageText, lo: int, hi: int) -> list[Rect]:
+    """The widget rectangles of the form values the stored text's ``[lo, hi)`` touches."""
+    return [
+        form_value.rect
+        for form_value, start in zip(stored.fields, stored.field_starts, strict=True)
+        if start < hi and lo < start + len(form_value.value)
+    ]
+
+
+def _char_indices(textpage: pdfium.PdfTextPage, text: str, wanted: list[int]) -> list[int]:
+    """PDFium's character indices of the page text's characters at ``wanted`` (ascending)."""
+    if not wanted:
+        return []
     count = textpage.count_chars()
     held = "".join(
         _HYPHEN_TEXT if code == 2 else chr(code)
         for code in (pdfium_c.FPDFText_GetUnicode(textpage.raw, i) for i in range(count))
     )
     if held == text:
-        return list(range(lo, min(hi, count)))
-    indices = []
+        return [index for index in wanted if index < count]
+    to_held = {}
     matcher = difflib.SequenceMatcher(None, text, held, autojunk=False)
+    lo, hi = wanted[0], wanted[-1] + 1
     for at_text, at_held, size in matcher.get_matching_blocks():
         for offset in range(max(lo, at_text), min(hi, at_text + size)):
-            indices.append(at_held + offset - at_text)
-    return indices
+            to_held[offset] = at_held + offset - at_text
+    return [to_held[index] for index in wanted if index in to_held]
 
 
 def _display_transform(page: pdfium.PdfPage) -> _Transform:
