@@ -23,7 +23,7 @@ from app.api.deps import (
 )
 from app.api.problems import AUTH_PROBLEMS, BODY_PROBLEMS, ProblemResponse, links, problems
 from app.api.responses import OrjsonResponse
-from app.db.models import Document, DocumentChunk
+from app.db.models import Document, DocumentChunk, DocumentPageRow
 from app.documents import service
 from app.documents.kinds import ParseOptions, all_kinds
 from app.documents.schemas import (
@@ -33,6 +33,8 @@ from app.documents.schemas import (
     DocumentOut,
     DocumentPage,
     DocumentUpload,
+    PageOut,
+    PagePage,
 )
 from app.errors import PayloadTooLarge
 from app.settings import Settings
@@ -265,6 +267,39 @@ async def list_document_chunks(
     page = await service.list_chunks(session, tenant_id, document_id, limit, cursor.value)
     return ChunkPage(
         data=[chunk_out(c) for c in page.items], next_cursor=cursor.next(page.next_cursor)
+    )
+
+
+def page_out(page: DocumentPageRow) -> PageOut:
+    return PageOut(
+        page_number=page.page_number,
+        text_source=page.text_source,
+        ocr_confidence=page.ocr_confidence,
+        char_count=page.char_count,
+        warnings=page.warnings,
+    )
+
+
+@router.get(
+    "/{document_id}/pages",
+    operation_id="listDocumentPages",
+    summary="List how each page of a PDF was read",
+    response_model=PagePage,
+    responses=problems(404, 422),
+)
+async def list_document_pages(
+    document_id: DocumentId,
+    session: SessionDep,
+    tenant_id: TenantDep,
+    cursor: PageCursorDep,
+    limit: LimitQuery = DEFAULT_LIMIT,
+) -> PagePage:
+    """Each page's text source (text layer, OCR or none), OCR confidence, characters and
+    warnings. Empty for documents that are not PDFs, and for PDFs stored before pages were
+    recorded."""
+    page = await service.list_pages(session, tenant_id, document_id, limit, cursor.value)
+    return PagePage(
+        data=[page_out(p) for p in page.items], next_cursor=cursor.next(page.next_cursor)
     )
 
 

@@ -88,6 +88,18 @@ class Box:
         }
 
 
+@dataclass(frozen=True, slots=True)
+class PageLayout:
+    """Where a page's stored text starts in the document text and where it came from
+    (``document_pages``): PDFium's text layer gives boxes by its characters, OCR by its
+    words ((start, end, x0, y0, x1, y1), page-local offsets, fractions), nothing none."""
+
+    start_char: int
+    char_count: int
+    text_source: str
+    words: Sequence[Sequence[float]] | None = None
+
+
 class PdfUnavailable(Exception):
     """PDFium cannot open the stored PDF (its text came from the fallback parser)."""
 
@@ -172,12 +184,18 @@ class PdfPages:
         return png
 
     def boxes(
-        self, key: str, data: bytes | None, spans: Sequence[tuple[int, int, int, int]]
+        self,
+        key: str,
+        data: bytes | None,
+        spans: Sequence[tuple[int, int, int, int]],
+        layout: Sequence[PageLayout] | None = None,
     ) -> list[list[Box]]:
-        """For each span (start_char, end_char, start_page, end_page), its boxes per line."""
+        """For each span (start_char, end_char, start_page, end_page), its boxes per line.
+        ``layout`` is each page's (from page 1) when the document recorded it; without it
+        every page's text is taken to be its text layer."""
         with PDFIUM_LOCK:
             opened = self._opened(key, data)
-            return [self._span_boxes(opened, *span) for span in spans]
+            return [self._span_boxes(opened, *span, layout=layout) for span in spans]
 
     def _opened(self, key: str, data: bytes | None) -> _Opened:
         opened = self._open.get(key)
@@ -193,14 +211,30 @@ class PdfPages:
         return opened
 
     def _span_boxes(
-        self, opened: _Opened, start: int, end: int, first_page: int, last_page: int
+        self,
+        opened: _Opened,
+        start: int,
+        end: int,
+        first_page: int,
+        last_page: int,
+        layout: Sequence[PageLayout] | None = None,
     ) -> list[Box]:
         boxes: list[Box] = []
         last_page = min(last_page, len(opened.document))
+        if layout is not None:
+            last_page = min(last_page, len(layout))
         for number in range(max(first_page, 1), last_page + 1):
-            page_start, page_end = opened.page_start(number), opened.page_start(number + 1)
+            if layout is not None:
+                facts = layout[number - 1]
+                page_start, page_end = facts.start_char, facts.start_char + facts.char_count
+            else:
+                facts = None
+                page_start, page_end = opened.page_start(number), opened.page_start(number + 1)
             lo, hi = max(start, page_start) - page_start, min(end, page_end) - page_start
             if lo >= hi:
+                continue
+            if facts is not None and facts.text_source != "text_layer":
+                boxes.extend(word_boxes(facts.words or (), number, lo, hi))
                 continue
             page = opened.document[number - 1]
             try:
@@ -208,6 +242,13 @@ class PdfPages:
             finally:
                 page.close()
         return boxes
+
+
+def word_boxes(words: Sequence[Sequence[float]], number: int, lo: int, hi: int) -> list[Box]:
+    """The boxes of an OCR'd page's text ``[lo, hi)``: its words' boxes there, merged per line
+    as PDFium's characters are (fractions, top left origin: y grows downwards)."""
+    rects = [(x0, -y1, x1, -y0) for start, end, x0, y0, x1, y1 in words if start < hi and lo < end]
+    return [Box(number, a, -d, c, -b) for a, b, c, d in merge_lines(rects)]
 
 
 def _page_boxes(

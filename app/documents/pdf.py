@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 import pypdfium2 as pdfium
 import pypdfium2.raw as pdfium_c
 
+from app.documents.text_layer import LayerVerdict, Verdict, text_layer_verdict
 from app.errors import ErrorCode
 
 log = logging.getLogger(__name__)
@@ -158,11 +159,16 @@ class PdfError(Exception):
 
 @dataclass(frozen=True, slots=True)
 class PdfText:
-    """The text of each page (index 0 is page 1) and which pages carry no text layer."""
+    """The text of each page (index 0 is page 1) and the verdict on each page's text layer."""
 
     pages: list[str]
-    pages_without_text: list[int]  # 1-based page numbers
+    verdicts: list[LayerVerdict]
     parser: str
+
+    @property
+    def pages_without_text(self) -> list[int]:
+        """1-based numbers of the pages whose text layer is missing or garbage."""
+        return [n for n, v in enumerate(self.verdicts, 1) if v.verdict is not Verdict.TEXT]
 
 
 def extract_pdf_text(data: bytes, *, as_pdfium_gives: bool = False) -> PdfText:
@@ -193,23 +199,21 @@ def _extract_with_pdfium(data: bytes, as_pdfium_gives: bool = False) -> PdfText 
         if not as_pdfium_gives:
             init_forms(document)
         pages: list[str] = []
-        without_text: list[int] = []
-        for number, page in enumerate(document, start=1):
+        verdicts: list[LayerVerdict] = []
+        for page in document:
             raw, text = read_page(document, page)
-            if _is_textless(text.text, page):
-                without_text.append(number)
+            verdicts.append(text_layer_verdict(text.text, covered_by_image=_scanned(text, page)))
             page.close()
             pages.append(storable_text(raw) if as_pdfium_gives else text.text)
-        return PdfText(pages, without_text, "pdfium")
+        return PdfText(pages, verdicts, "pdfium")
     finally:
         document.close()  # and its pages, if an error left any open: under the lock
 
 
-def _is_textless(text: str, page: pdfium.PdfPage) -> bool:
-    visible = len("".join(text.split()))
-    if visible == 0:
-        return True
-    if visible >= _SCAN_MAX_CHARS:
+def _scanned(text: PageText, page: pdfium.PdfPage) -> bool:
+    """Whether an image covers almost all of a page with little text (a scan's label)."""
+    visible = len("".join(text.text.split()))
+    if visible == 0 or visible >= _SCAN_MAX_CHARS:
         return False
     width, height = page.get_size()
     area = width * height or 1.0
@@ -239,8 +243,7 @@ def _extract_with_pypdf(data: bytes) -> PdfText:
         ) from exc
     if not pages:
         raise PdfError(ErrorCode.PDF_INVALID, "The PDF has no pages.")
-    without_text = [number for number, text in enumerate(pages, 1) if not text.strip()]
-    return PdfText(pages, without_text, "pypdf")
+    return PdfText(pages, [text_layer_verdict(text) for text in pages], "pypdf")
 
 
 def storable_text(text: str) -> str:

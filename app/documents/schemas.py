@@ -162,6 +162,38 @@ class ChunkOut(BaseModel):
     )
 
 
+class PageOut(BaseModel):
+    """How one page of a PDF was read."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {
+                    "page_number": 3,
+                    "text_source": "ocr",
+                    "ocr_confidence": 0.93,
+                    "char_count": 2811,
+                    "warnings": ["text_layer_garbage"],
+                }
+            ]
+        }
+    )
+
+    page_number: int = Field(description="1-based.")
+    text_source: Literal["text_layer", "ocr", "none", "pending"] = Field(
+        description="Where the page's text came from: its PDF text layer, OCR, or nowhere (no "
+        "text layer and no OCR); `pending` while the page waits for OCR."
+    )
+    ocr_confidence: float | None = Field(
+        description="Tesseract's mean word confidence (0 to 1) for an OCR'd page; else null."
+    )
+    char_count: int = Field(description="Characters of the page's stored text.")
+    warnings: list[str] = Field(
+        description="`text_layer_garbage`: the page's text layer was unreadable (control, "
+        "private-use or replacement characters, glyph soup) and was left out."
+    )
+
+
 _NEXT_CURSOR = "`cursor` for the next page; null on the last page."
 
 
@@ -169,6 +201,13 @@ class DocumentPage(BaseModel):
     """A page of documents, newest first."""
 
     data: list[DocumentOut]
+    next_cursor: str | None = Field(description=_NEXT_CURSOR)
+
+
+class PagePage(BaseModel):
+    """A page of a document's pages, in order."""
+
+    data: list[PageOut]
     next_cursor: str | None = Field(description=_NEXT_CURSOR)
 
 

@@ -20,7 +20,13 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.db.blobs import insert_blob
-from app.db.models import CollectionDocument, Document, DocumentBlob, DocumentChunk
+from app.db.models import (
+    CollectionDocument,
+    Document,
+    DocumentBlob,
+    DocumentChunk,
+    DocumentPageRow,
+)
 from app.db.tenancy import get_owned, list_newest
 from app.db.unavailable import driver_calls
 from app.documents.kinds import (
@@ -249,6 +255,7 @@ async def _store(
         await session.flush()
         await insert_blob(session, document.id, tenant_id, data)
         await _insert_chunks(session, document.id, tenant_id, parsed)
+        await insert_pages(session, document.id, tenant_id, parsed)
         await index_document(session, document.id)
         await session.commit()
     except IntegrityError:
@@ -351,6 +358,51 @@ async def _insert_chunks(
             upcoming.cancel()
 
 
+def page_rows(document_id: str, tenant_id: str, parsed: ParsedDocument) -> list[dict[str, Any]]:
+    """The ``document_pages`` rows of a parsed paged document (none for other kinds)."""
+    return [
+        {
+            "document_id": document_id,
+            "page_number": page.number,
+            "tenant_id": tenant_id,
+            "start_char": page.start_char,
+            "char_count": page.char_count,
+            "text_source": page.text_source,
+            "ocr_confidence": page.ocr_confidence,
+            "warnings": list(page.warnings),
+            "text": (
+                parsed.text[page.start_char : page.start_char + page.char_count]
+                if page.text_source == "ocr"
+                else None
+            ),
+            "words": [list(word) for word in page.words] if page.words is not None else None,
+        }
+        for page in parsed.pages or ()
+    ]
+
+
+async def insert_pages(
+    session: AsyncSession, document_id: str, tenant_id: str, parsed: ParsedDocument
+) -> None:
+    """How each page was read, in the session's transaction."""
+    rows = page_rows(document_id, tenant_id, parsed)
+    if rows:
+        await session.execute(insert(DocumentPageRow), rows)
+
+
+async def list_pages(
+    session: AsyncSession, tenant_id: str, document_id: str, limit: int, cursor: str | None
+) -> Page[DocumentPageRow]:
+    """How each page of a PDF was read, in page order (none for other kinds)."""
+    document = await get_document(session, tenant_id, document_id)
+    query = select(DocumentPageRow).where(DocumentPageRow.document_id == document.id)
+    if cursor is not None:
+        query = query.where(DocumentPageRow.page_number > decode_index_cursor(cursor))
+    query = query.order_by(DocumentPageRow.page_number).limit(limit + 1)
+    rows = (await session.scalars(query)).all()
+    return paginate(rows, limit, key=lambda page: page.page_number)
+
+
 async def get_document(session: AsyncSession, tenant_id: str, document_id: str) -> Document:
     """The tenant's document; any other id, including another tenant's, is not found."""
     return await get_owned(session, Document, tenant_id, document_id, "document")
@@ -392,7 +444,7 @@ async def delete_document(
 ) -> None:
     """Delete the document with its bytes and its index; no question is answered from it again."""
     document = await get_document(session, tenant_id, document_id)
-    for table in (CollectionDocument, DocumentChunk, DocumentBlob):
+    for table in (CollectionDocument, DocumentChunk, DocumentPageRow, DocumentBlob):
         await session.execute(delete(table).where(table.document_id == document.id))
     await session.delete(document)
     await session.commit()

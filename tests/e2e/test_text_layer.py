@@ -8,7 +8,9 @@ from typing import Any
 
 import httpx
 
+from app.documents.pdf import split_pdf
 from tests.fixture_files import CORPUS
+from tests.scans import image_pdf, render_page
 
 
 def _upload(client: httpx.Client, name: str) -> dict[str, Any]:
@@ -58,3 +60,44 @@ def test_a_filled_forms_values_are_in_its_text_and_found_by_search(client: httpx
     response = client.post("/v1/search", json={"query": "Alice", "document_ids": [document["id"]]})
     assert response.status_code == 200, response.text
     assert any("Alice" in str(result) for result in response.json()["data"])
+
+
+def _pages(client: httpx.Client, document_id: str) -> list[dict[str, Any]]:
+    response = client.get(f"/v1/documents/{document_id}/pages")
+    assert response.status_code == 200, response.text
+    pages: list[dict[str, Any]] = response.json()["data"]
+    return pages
+
+
+def test_a_garbage_text_layer_is_caught_and_left_out(client: httpx.Client) -> None:
+    # Page 1: multicolumn's page 1 as it is; page 2: its page 2 as a picture under a text
+    # layer of control characters (a font with no Unicode map); page 3: a picture alone.
+    source = (CORPUS / "multicolumn.pdf").read_bytes()
+    data = image_pdf(
+        [render_page(source, 2, 100), render_page(source, 3, 100)],
+        text_pages={0: split_pdf(source, [(1, 1)])[0]},
+        garbage_layer=[1],
+    )
+    response = client.post("/v1/documents/upload", files={"file": ("mixed.pdf", data)})
+    assert response.status_code == 201, response.text
+    document = response.json()
+    assert document["citable"] is True
+    assert "pdf_text_layer_garbage" in document["warnings"]
+    assert "pdf_pages_without_text" in document["warnings"]
+    pages = _pages(client, document["id"])
+    assert [(p["page_number"], p["text_source"], p["warnings"]) for p in pages] == [
+        (1, "text_layer", []),
+        (2, "none", ["text_layer_garbage"]),
+        (3, "none", []),
+    ]
+    text = "".join(_chunk_texts(client, document["id"]))
+    assert pages[0]["char_count"] == len(text) > 1000
+    assert not any("\x00" < char < " " and char not in "\r\n\t" for char in text)
+
+
+def test_pages_of_a_document_that_is_not_a_pdf_are_none(client: httpx.Client) -> None:
+    body = {"source": {"type": "text", "media_type": "text/plain", "data": "Plain words."}}
+    response = client.post("/v1/documents", json=body)
+    assert response.status_code == 201, response.text
+    assert _pages(client, response.json()["id"]) == []
+    assert client.get("/v1/documents/doc_missing/pages").status_code == 404

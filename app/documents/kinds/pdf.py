@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import base64
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from app.documents.chunking import split_sentences
@@ -15,6 +16,7 @@ from app.documents.kinds.base import (
     DEFAULT_PARSE_OPTIONS,
     ChunkSpan,
     DocumentKind,
+    PageFacts,
     PageWindow,
     ParsedDocument,
     ParseOptions,
@@ -22,6 +24,7 @@ from app.documents.kinds.base import (
     StoredParts,
 )
 from app.documents.pdf import PdfError, extract_pdf_text, split_pdf
+from app.documents.text_layer import Verdict
 from app.errors import ErrorCode, InvalidDocument
 
 
@@ -48,29 +51,23 @@ class PdfKind(DocumentKind):
         return char_count // 4 + (page_count or 0) * self.IMAGE_TOKENS_PER_PAGE
 
     def parse(self, data: bytes, options: ParseOptions = DEFAULT_PARSE_OPTIONS) -> ParsedDocument:
+        """The pages' text layers; a page whose layer is garbage is left without text."""
         try:
             extracted = extract_pdf_text(data)
         except PdfError as exc:
             raise InvalidDocument(exc.detail, code=exc.code) from exc
-        chunks: list[ChunkSpan] = []
-        offset = 0
-        for number, page_text in enumerate(extracted.pages, start=1):
-            # Chunks never span two pages: each page is split on its own.
-            chunks.extend(
-                ChunkSpan(offset + start, offset + end, page_number=number)
-                for start, end in split_sentences(page_text)
-            )
-            offset += len(page_text)
-        page_count = len(extracted.pages)
-        warnings = []
-        citable = len(extracted.pages_without_text) < page_count
-        if not citable:
-            warnings.append("pdf_has_no_text_layer")
-        elif extracted.pages_without_text:
-            warnings.append("pdf_pages_without_text")
+        pages = []
+        for text, verdict in zip(extracted.pages, extracted.verdicts, strict=True):
+            if verdict.verdict is Verdict.TEXT:
+                pages.append(PageRead(text, "text_layer"))
+            elif verdict.verdict is Verdict.GARBAGE:
+                pages.append(PageRead("", "none", ("text_layer_garbage",)))
+            else:
+                pages.append(PageRead("", "none"))
+        parsed = document_from_pages(pages)
         if extracted.parser != "pdfium":
-            warnings.append("pdf_text_from_fallback_parser")
-        return ParsedDocument("".join(extracted.pages), chunks, page_count, citable, warnings)
+            parsed.warnings.append("pdf_text_from_fallback_parser")
+        return parsed
 
     def upstream_source(self, parts: StoredParts) -> dict[str, Any]:
         assert parts.data is not None, "a PDF is sent as its original bytes"
@@ -116,6 +113,53 @@ class PdfKind(DocumentKind):
         if pages is None:
             return None
         return locate(index.text, str(citation.get("cited_text") or ""), pages, pages[0])
+
+
+@dataclass(frozen=True, slots=True)
+class PageRead:
+    """A page's text as it was read, and how (see ``PageFacts``)."""
+
+    text: str
+    text_source: str
+    warnings: tuple[str, ...] = ()
+    ocr_confidence: float | None = None
+    words: tuple[tuple[int, int, float, float, float, float], ...] | None = None
+
+
+def document_from_pages(pages: Sequence[PageRead]) -> ParsedDocument:
+    """The document of these pages: their texts joined, each cut into sentence chunks (a chunk
+    never spans two pages), the facts of each page, and the warnings the whole deserves."""
+    chunks: list[ChunkSpan] = []
+    facts: list[PageFacts] = []
+    offset = 0
+    for number, page in enumerate(pages, start=1):
+        chunks.extend(
+            ChunkSpan(offset + start, offset + end, page_number=number)
+            for start, end in split_sentences(page.text)
+        )
+        facts.append(
+            PageFacts(
+                number,
+                offset,
+                len(page.text),
+                page.text_source,
+                page.warnings,
+                page.ocr_confidence,
+                page.words,
+            )
+        )
+        offset += len(page.text)
+    without_text = sum(1 for page in pages if page.text_source == "none")
+    citable = without_text < len(pages)
+    warnings = []
+    if not citable:
+        warnings.append("pdf_has_no_text_layer")
+    elif without_text:
+        warnings.append("pdf_pages_without_text")
+    if any("text_layer_garbage" in page.warnings for page in pages):
+        warnings.append("pdf_text_layer_garbage")
+    text = "".join(page.text for page in pages)
+    return ParsedDocument(text, chunks, len(pages), citable, warnings, pages=facts)
 
 
 def _base64_source(data: bytes) -> dict[str, Any]:
