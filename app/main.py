@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import gc
 import logging
+import os
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 
@@ -35,6 +36,7 @@ from app.compat import errors as compat_errors
 from app.db.engine import RowInserter, RowUpdater, create_engine, create_session_factory
 from app.db.models import Answer
 from app.db.unavailable import FAILURES, database_unavailable
+from app.documents.ocr import OcrPool
 from app.documents.pages import PdfPages
 from app.documents.sources import SourceCache
 from app.errors import ErrorRendering, install_error_handlers
@@ -129,6 +131,7 @@ def create_app(settings: Settings | None = None, *, own_process: bool = False) -
             await transport.aclose()
             app.state.key_limits.close()
             await asyncio.to_thread(app.state.pdf_pages.close)  # PDFium's lock, off the loop
+            await asyncio.to_thread(app.state.ocr_pool.close)  # waits for its workers
             with contextlib.suppress(Exception):  # else its streams are marked a lease later
                 await live.stop()
             await engine.dispose()
@@ -147,6 +150,7 @@ def create_app(settings: Settings | None = None, *, own_process: bool = False) -
     app.state.key_limits = KeyLimits(settings, metrics)
     app.state.key_cache = keys.KeyCache(settings.recheck_seconds)
     app.state.pdf_pages = PdfPages()
+    app.state.ocr_pool = OcrPool(settings.ocr_workers or os.cpu_count() or 1)
     app.state.source_cache = SourceCache(settings.source_cache_chars, settings.recheck_seconds)
     rendering = ErrorRendering({compat_errors.PREFIX: compat_errors.render_messages_error})
     install_error_handlers(app, rendering, dict.fromkeys(FAILURES, database_unavailable))

@@ -15,6 +15,7 @@ from app.api.deps import (
     DEFAULT_LIMIT,
     DocumentId,
     LimitQuery,
+    OcrDep,
     PageCursorDep,
     SessionDep,
     SettingsDep,
@@ -26,6 +27,7 @@ from app.api.responses import OrjsonResponse
 from app.db.models import Document, DocumentChunk, DocumentPageRow
 from app.documents import service
 from app.documents.kinds import ParseOptions, all_kinds
+from app.documents.reading import OcrOptions
 from app.documents.schemas import (
     ChunkOut,
     ChunkPage,
@@ -130,10 +132,11 @@ async def upload_document(
     session: SessionDep,
     tenant_id: TenantDep,
     settings: SettingsDep,
+    ocr: OcrDep,
     form: Annotated[DocumentUpload, File()],
 ) -> OrjsonResponse:
     stored = await store_uploaded_file(
-        session, tenant_id, settings, form.file, title=form.title, context=form.context
+        session, tenant_id, settings, form.file, title=form.title, context=form.context, ocr=ocr
     )
     return _stored_response(stored)
 
@@ -146,8 +149,10 @@ async def store_uploaded_file(
     *,
     title: str | None = None,
     context: str | None = None,
+    ocr: OcrOptions | None = None,
 ) -> service.StoredDocument:
-    """Store an uploaded file as a document (413 over the configured size)."""
+    """Store an uploaded file as a document (413 over the configured size); its pages are
+    read by OCR as ``ocr`` says (none when it is None)."""
     max_bytes = settings.max_document_bytes
     limits = ParseOptions(
         max_rows=settings.max_sheet_rows, max_unpacked_bytes=settings.max_unpacked_bytes
@@ -166,15 +171,25 @@ async def store_uploaded_file(
         max_bytes=max_bytes,
         declared_media_type=file.content_type,
         limits=limits,
+        ocr=ocr,
     )
 
 
 async def create_document(
-    body: CreateDocumentRequest, session: SessionDep, tenant_id: TenantDep, settings: SettingsDep
+    body: CreateDocumentRequest,
+    session: SessionDep,
+    tenant_id: TenantDep,
+    settings: SettingsDep,
+    ocr: OcrDep,
 ) -> OrjsonResponse:
     fields = service.DocumentFields(title=body.title, context=body.context, metadata=body.metadata)
     stored = await service.store_source(
-        session, tenant_id, body.source, fields, max_bytes=settings.max_json_document_bytes
+        session,
+        tenant_id,
+        body.source,
+        fields,
+        max_bytes=settings.max_json_document_bytes,
+        ocr=ocr,
     )
     return _stored_response(stored)
 

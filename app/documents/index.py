@@ -165,6 +165,8 @@ def locate(text: str, cited: str, within: tuple[int, int], near: int) -> tuple[i
         if found is not None:
             return found
     needle = normalize(cited)[0].strip()
+    if not needle:  # only hyphenation marks and whitespace
+        return None
     window = (
         max(0, near - _NORMALISED_REACH),
         min(len(text), near + len(cited) + _NORMALISED_REACH),

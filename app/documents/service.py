@@ -39,6 +39,15 @@ from app.documents.kinds import (
     kind_for_filename,
     kind_for_media_type,
 )
+from app.documents.reading import (
+    OcrOptions,
+    check_page_limit,
+    page_read,
+    pages_to_read,
+    pdf_file,
+    read_pages,
+    with_pages_read,
+)
 from app.documents.schemas import Base64PdfSource, DocumentSource, TextSource
 from app.documents.sources import SourceCache
 from app.errors import ErrorCode, InvalidDocument, PayloadTooLarge
@@ -116,9 +125,11 @@ async def store_upload(
     max_bytes: int,
     declared_media_type: str | None = None,
     limits: ParseOptions | None = None,
+    ocr: OcrOptions | None = None,
 ) -> StoredDocument:
     """Store uploaded bytes; the kind is read from the bytes, the declared type and the
-    filename only hints (and the declared ``charset=`` that of text without a BOM)."""
+    filename only hints (and the declared ``charset=`` that of text without a BOM). PDF pages
+    are read by OCR as ``ocr`` says (none when it is None)."""
     declared = _hinted_kind(declared_media_type, fields.filename)
     limits = limits or ParseOptions()
     options = ParseOptions(
@@ -127,7 +138,14 @@ async def store_upload(
         max_unpacked_bytes=limits.max_unpacked_bytes,
     )
     return await store_bytes(
-        session, tenant_id, data, fields, max_bytes=max_bytes, declared=declared, options=options
+        session,
+        tenant_id,
+        data,
+        fields,
+        max_bytes=max_bytes,
+        declared=declared,
+        options=options,
+        ocr=ocr,
     )
 
 
@@ -138,6 +156,7 @@ async def store_source(
     fields: DocumentFields,
     *,
     max_bytes: int,
+    ocr: OcrOptions | None = None,
 ) -> StoredDocument:
     """Store a document given as a Messages API document source (text, base64 PDF, content)."""
     if isinstance(source, TextSource):
@@ -147,7 +166,7 @@ async def store_source(
         data = _decode_base64(source.data)
         declared = kind_for_media_type(source.media_type)
         return await store_bytes(
-            session, tenant_id, data, fields, max_bytes=max_bytes, declared=declared
+            session, tenant_id, data, fields, max_bytes=max_bytes, declared=declared, ocr=ocr
         )
     blocks = [block.text for block in source.content]
     if any("\x00" in block for block in blocks):
@@ -183,10 +202,12 @@ async def store_bytes(
     kind: DocumentKind | None = None,
     declared: DocumentKind | None = None,
     options: ParseOptions | None = None,
+    ocr: OcrOptions | None = None,
 ) -> StoredDocument:
     """Store a document: of ``kind`` when the caller's source says so, else of the kind its
     bytes are (``declared`` being a hint). Identical bytes of the same kind give the document
-    stored before."""
+    stored before. Pages that need OCR (``ocr``) are read before it is stored; more of them
+    than ``ocr.max_pages`` is refused first."""
     if len(data) > max_bytes:
         raise PayloadTooLarge(f"The document exceeds the limit of {max_bytes} bytes.")
     digest, identified = await to_thread.run_sync(_digest_and_identify, data, kind, declared)
@@ -197,6 +218,9 @@ async def store_bytes(
     await session.commit()
     started = time.perf_counter()
     parsed = await parse_off_loop(data, kind, options)
+    if ocr is not None and (needed := pages_to_read(parsed, ocr.mode)):
+        check_page_limit(len(needed), ocr.max_pages)
+        parsed = await _read_by_ocr(data, parsed, needed, ocr)
     log.info(
         "parsed %s document: %d bytes, %d chunks in %.3fs",
         kind.name,
@@ -205,6 +229,18 @@ async def store_bytes(
         time.perf_counter() - started,
     )
     return await _store(session, tenant_id, kind, parsed, data, digest, fields, started)
+
+
+async def _read_by_ocr(
+    data: bytes, parsed: ParsedDocument, numbers: list[int], ocr: OcrOptions
+) -> ParsedDocument:
+    """The document with ``numbers`` read by the OCR pool's workers."""
+    assert ocr.pool is not None and parsed.pages is not None
+    async with pdf_file(data) as path:
+        results = await read_pages(ocr.pool, path, numbers, ocr.languages)
+    warnings = {page.number: page.warnings for page in parsed.pages}
+    read = {number: page_read(page, warnings[number]) for number, page in results.items()}
+    return await to_thread.run_sync(with_pages_read, parsed, read)
 
 
 def _digest_and_identify(

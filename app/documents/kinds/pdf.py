@@ -115,6 +115,17 @@ class PdfKind(DocumentKind):
         return locate(index.text, str(citation.get("cited_text") or ""), pages, pages[0])
 
 
+# The document warnings ``document_from_pages`` makes from its pages.
+PAGE_WARNINGS = frozenset(
+    (
+        "pdf_has_no_text_layer",
+        "pdf_pages_without_text",
+        "pdf_text_layer_garbage",
+        "pdf_pages_read_by_ocr",
+    )
+)
+
+
 @dataclass(frozen=True, slots=True)
 class PageRead:
     """A page's text as it was read, and how (see ``PageFacts``)."""
@@ -158,6 +169,8 @@ def document_from_pages(pages: Sequence[PageRead]) -> ParsedDocument:
         warnings.append("pdf_pages_without_text")
     if any("text_layer_garbage" in page.warnings for page in pages):
         warnings.append("pdf_text_layer_garbage")
+    if any(page.text_source == "ocr" for page in pages):
+        warnings.append("pdf_pages_read_by_ocr")
     text = "".join(page.text for page in pages)
     return ParsedDocument(text, chunks, len(pages), citable, warnings, pages=facts)
 

@@ -1,0 +1,122 @@
+"""Pages read by OCR (real Tesseract), over real HTTP, on scans whose truth is known: the
+repository's own text PDFs rendered at 300 dpi into image-only pages, turned, under a garbage
+text layer, or beside pages that keep their text layer. The truth is the source's text layer."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pypdfium2 as pdfium
+import pytest
+from rapidfuzz.distance import Levenshtein
+
+from app.documents.pdf import split_pdf, without_hyphenation
+from app.settings import Settings
+from tests.conftest import ServedApp, count_rows
+from tests.e2e.test_documents import assert_problem
+from tests.fixture_files import CORPUS
+from tests.scans import image_pdf, render_page
+
+MULTICOLUMN = (CORPUS / "multicolumn.pdf").read_bytes()
+
+
+def truth(data: bytes, number: int) -> str:
+    """A page's text layer as stored (the truth a scan of it is read against)."""
+    with pdfium.PdfDocument(data) as document:
+        return without_hyphenation(document[number - 1].get_textpage().get_text_range())[0]
+
+
+def cer(read: str, expected: str) -> float:
+    """Character error rate, whitespace runs counted as one space."""
+    read, expected = " ".join(read.split()), " ".join(expected.split())
+    return Levenshtein.distance(read, expected) / len(expected)
+
+
+@pytest.fixture(scope="module")
+def ocr_client(settings: Settings) -> Iterator[httpx.Client]:
+    """Citegate with OCR on (as it is by default), two worker processes."""
+    on = settings.model_copy(update={"ocr": "auto", "ocr_workers": 2})
+    with ServedApp(on) as served, httpx.Client(base_url=served.base_url, timeout=600) as client:
+        yield client
+
+
+def _upload(client: httpx.Client, name: str, data: bytes) -> httpx.Response:
+    return client.post("/v1/documents/upload", files={"file": (name, data)})
+
+
+def _pages(client: httpx.Client, document_id: str) -> list[dict[str, Any]]:
+    response = client.get(f"/v1/documents/{document_id}/pages")
+    assert response.status_code == 200, response.text
+    pages: list[dict[str, Any]] = response.json()["data"]
+    return pages
+
+
+def _page_texts(client: httpx.Client, document_id: str, count: int) -> list[str]:
+    texts = [""] * count
+    cursor = None
+    while True:
+        params: dict[str, Any] = {"limit": 100} | ({"cursor": cursor} if cursor else {})
+        response = client.get(f"/v1/documents/{document_id}/chunks", params=params)
+        assert response.status_code == 200, response.text
+        for chunk in response.json()["data"]:
+            texts[chunk["page_number"] - 1] += chunk["text"]
+        cursor = response.json()["next_cursor"]
+        if cursor is None:
+            return texts
+
+
+def mixed_scan() -> bytes:
+    """Page 1: multicolumn's page 1 with its text layer; page 2: its page 2 scanned at 300 dpi
+    under a garbage text layer; page 3: its page 3 scanned and turned 90 degrees (the page
+    turned with it); page 4: its page 1 scanned upside down."""
+    with pdfium.PdfDocument(MULTICOLUMN) as document:
+        width, height = document[0].get_size()
+    return image_pdf(
+        [
+            render_page(MULTICOLUMN, 2),
+            render_page(MULTICOLUMN, 3).rotate(90, expand=True),
+            render_page(MULTICOLUMN, 1).rotate(180),
+        ],
+        sizes=[(width, height), (height, width), (width, height)],
+        text_pages={0: split_pdf(MULTICOLUMN, [(1, 1)])[0]},
+        garbage_layer=[1],
+    )
+
+
+def test_scanned_turned_and_garbage_pages_are_read_and_text_pages_kept(
+    ocr_client: httpx.Client, database_url: str
+) -> None:
+    response = _upload(ocr_client, "mixed-scan.pdf", mixed_scan())
+    assert response.status_code in (201, 202), response.text
+    document = response.json()
+    pages = _pages(ocr_client, document["id"])
+    assert [(p["text_source"], p["warnings"]) for p in pages] == [
+        ("text_layer", []),
+        ("ocr", ["text_layer_garbage"]),
+        ("ocr", []),
+        ("ocr", []),
+    ]
+    assert "pdf_pages_read_by_ocr" in document["warnings"] and document["citable"] is True
+    texts = _page_texts(ocr_client, document["id"], 4)
+    assert texts[0] == truth(MULTICOLUMN, 1)  # the text page exactly as it was
+    for number, source in ((2, 2), (3, 3), (4, 1)):
+        rate = cer(texts[number - 1], truth(MULTICOLUMN, source))
+        assert rate <= 0.02, (number, rate, texts[number - 1][:300])
+        page = pages[number - 1]
+        assert page["char_count"] == len(texts[number - 1])
+        assert 0.8 <= page["ocr_confidence"] <= 1.0
+
+
+def test_more_pages_to_read_than_the_limit_are_refused_before_anything_is_stored(
+    settings: Settings, database_url: str
+) -> None:
+    limited = settings.model_copy(update={"ocr": "auto", "ocr_max_pages": 1})
+    scan = image_pdf([render_page(MULTICOLUMN, 1, 72), render_page(MULTICOLUMN, 2, 72)])
+    before = count_rows(database_url, ("documents", "document_blobs", "document_pages"))
+    with ServedApp(limited) as served, httpx.Client(base_url=served.base_url) as client:
+        response = _upload(client, "two-scanned-pages.pdf", scan)
+        assert_problem(response, 413, "ocr_page_limit_exceeded")
+        assert "2 pages to read by OCR" in response.json()["detail"]
+    assert count_rows(database_url, ("documents", "document_blobs", "document_pages")) == before
