@@ -37,6 +37,7 @@ from app.db.engine import RowInserter, RowUpdater, create_engine, create_session
 from app.db.models import Answer
 from app.db.unavailable import FAILURES, database_unavailable
 from app.documents.ocr import OcrPool
+from app.documents.ocr_jobs import OcrJobs
 from app.documents.pages import PdfPages
 from app.documents.sources import SourceCache
 from app.errors import ErrorRendering, install_error_handlers
@@ -107,6 +108,14 @@ def create_app(settings: Settings | None = None, *, own_process: bool = False) -
             metrics=metrics,
             pages=app.state.pdf_pages,
         )
+        app.state.ocr_jobs = OcrJobs(
+            app.state.sessions,
+            app.state.ocr_pool,
+            lease_seconds=settings.ocr_lease_seconds,
+            poll_seconds=settings.ocr_poll_seconds,
+            max_jobs=settings.ocr_workers or os.cpu_count() or 1,
+        )
+        ocr_reader = asyncio.create_task(app.state.ocr_jobs.run())
         watcher = asyncio.create_task(metrics.watch_event_loop())
         keeper = asyncio.create_task(live.run())
         app.state.batch_poller = BatchPoller(app.state.answer_context)
@@ -120,6 +129,8 @@ def create_app(settings: Settings | None = None, *, own_process: bool = False) -
             # the time a request's headers take (app.http_protocol).
             yield {HEADER_TIMEOUT_STATE: settings.header_timeout_seconds}
         finally:
+            ocr_reader.cancel()
+            await app.state.ocr_jobs.stop()  # their leases run out: another process goes on
             watcher.cancel()
             keeper.cancel()
             if poller is not None:

@@ -16,7 +16,7 @@ from app.auth.keys import KeyCache, Principal, Sessions, authenticate
 from app.auth.limits import KeyLimits
 from app.db.models import DEFAULT_TENANT_ID
 from app.db.unavailable import unreachable
-from app.documents.ocr import OcrPool
+from app.documents.ocr_jobs import OcrJobs
 from app.documents.pages import PdfPages
 from app.documents.reading import OcrOptions
 from app.documents.sources import SourceCache
@@ -90,8 +90,8 @@ async def _pdf_pages(request: Request) -> PdfPages:
 
 async def _ocr_options(request: Request) -> OcrOptions:
     settings: Settings = request.app.state.settings
-    pool: OcrPool = request.app.state.ocr_pool
-    return OcrOptions(settings.ocr, settings.ocr_languages, settings.ocr_max_pages, pool)
+    jobs: OcrJobs = request.app.state.ocr_jobs
+    return OcrOptions(settings.ocr, settings.ocr_languages, settings.ocr_max_pages, jobs)
 
 
 async def _answer_context(request: Request) -> AnswerContext:

@@ -32,11 +32,13 @@ from app.documents.schemas import (
     ChunkOut,
     ChunkPage,
     CreateDocumentRequest,
+    DocumentError,
     DocumentOut,
     DocumentPage,
     DocumentUpload,
     PageOut,
     PagePage,
+    Progress,
 )
 from app.errors import PayloadTooLarge
 from app.settings import Settings
@@ -59,6 +61,18 @@ _STORED: dict[int | str, dict[str, Any]] = {
         "description": "The same bytes were stored before: that document.",
         "links": _DOCUMENT_LINKS,
     },
+    202: {
+        "model": DocumentOut,
+        "description": "Stored, with pages to read by OCR in the background: `status` is "
+        "`processing` and `progress` counts the pages read; `getDocument` shows it change.",
+        "headers": {
+            "Location": {
+                "description": "The new document's URL path.",
+                "schema": {"type": "string"},
+            }
+        },
+        "links": _DOCUMENT_LINKS,
+    },
 }
 
 
@@ -79,6 +93,17 @@ def document_out(document: Document) -> DocumentOut:
         citable=document.citable,
         warnings=document.warnings,
         created_at=document.created_at,
+        status=document.status,
+        progress=(
+            Progress(pages_done=document.pages_done or 0, pages_total=document.page_count or 0)
+            if document.status == "processing"
+            else None
+        ),
+        error=(
+            DocumentError(code=document.error_code, detail=document.error_detail or "")
+            if document.status == "failed" and document.error_code
+            else None
+        ),
     )
 
 
@@ -95,11 +120,13 @@ def chunk_out(chunk: DocumentChunk) -> ChunkOut:
 
 
 def _stored_response(stored: service.StoredDocument) -> OrjsonResponse:
-    """201 with a Location for a new document, 200 for identical bytes stored before."""
+    """201 with a Location for a new document (202 while its pages are read by OCR), 200 for
+    identical bytes stored before."""
     body = document_out(stored.document).model_dump(mode="json")
     if stored.created:
         location = f"/v1/documents/{stored.document.id}"
-        return OrjsonResponse(body, status.HTTP_201_CREATED, headers={"Location": location})
+        code = status.HTTP_202_ACCEPTED if stored.processing else status.HTTP_201_CREATED
+        return OrjsonResponse(body, code, headers={"Location": location})
     return OrjsonResponse(body, status.HTTP_200_OK)
 
 

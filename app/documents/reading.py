@@ -1,37 +1,43 @@
 """Which pages of a parsed PDF are read by OCR, and the document they make once read.
 
 ``pages_to_read`` picks the pages (none or garbage text layer; every page with ``force``),
-``check_page_limit`` refuses too many before anything is stored, ``read_pages`` has the OCR pool
-read them (from a temporary file the workers open), and ``with_pages_read`` puts their text in
-place of the pages' own: a pure function, so the document, its chunks and its page facts are
-made the same way whether the pages were read at upload or in the background.
+``check_page_limit`` refuses too many before anything is stored, the OCR jobs
+(``app.documents.ocr_jobs``) have them read from a temporary file (``pdf_file``) the workers
+open, and ``with_pages_read`` puts their text in place of the pages' own: a pure function of the
+parsed text layers and the pages read.
 """
 
 from __future__ import annotations
 
-import asyncio
 import os
 import tempfile
 from collections.abc import AsyncIterator, Iterable, Mapping
 from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass
+from typing import Protocol
 
 from anyio import to_thread
 
 from app.documents.kinds.base import ParsedDocument
 from app.documents.kinds.pdf import PAGE_WARNINGS, PageRead, document_from_pages
-from app.documents.ocr import OcrPage, OcrPool
+from app.documents.ocr import OcrPage
 from app.errors import ErrorCode, PayloadTooLarge
+
+
+class JobQueue(Protocol):
+    """Where a document stored with pages to read becomes a job (``app.documents.ocr_jobs``)."""
+
+    def wake(self) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)
 class OcrOptions:
-    """The settings that decide what is read by OCR, and the pool that reads."""
+    """The settings that decide what is read by OCR, and the jobs that read it."""
 
     mode: str  # "auto", "off", "force"
     languages: str
     max_pages: int
-    pool: OcrPool | None
+    jobs: JobQueue
 
 
 def pages_to_read(parsed: ParsedDocument, mode: str) -> list[int]:
@@ -103,13 +109,3 @@ async def pdf_file(data: bytes) -> AsyncIterator[str]:
 def _remove(path: str) -> None:
     with suppress(FileNotFoundError):
         os.unlink(path)
-
-
-async def read_pages(
-    pool: OcrPool, path: str, numbers: Iterable[int], languages: str
-) -> dict[int, OcrPage]:
-    """The pages read by the pool's workers, all at once (the pool runs as many as it has
-    workers)."""
-    numbers = list(numbers)
-    results = await asyncio.gather(*(pool.read(path, n, languages) for n in numbers))
-    return dict(zip(numbers, results, strict=True))

@@ -97,8 +97,22 @@ class DocumentUpload(BaseModel):
     context: Context | SkipJsonSchema[None] = None
 
 
+class Progress(BaseModel):
+    """How far the reading of a document's pages has come."""
+
+    pages_done: int = Field(description="Pages read by OCR so far.")
+    pages_total: int = Field(description="The document's pages.")
+
+
+class DocumentError(BaseModel):
+    """Why a document could not be read."""
+
+    code: str = Field(examples=["ocr_failed"])
+    detail: str
+
+
 class DocumentOut(BaseModel):
-    """A stored document. Immutable once created."""
+    """A stored document. Immutable once created (and its pages read)."""
 
     model_config = ConfigDict(
         json_schema_extra={
@@ -119,6 +133,9 @@ class DocumentOut(BaseModel):
                     "citable": True,
                     "warnings": [],
                     "created_at": "2025-01-01T12:00:00Z",
+                    "status": "ready",
+                    "progress": None,
+                    "error": None,
                 }
             ]
         }
@@ -142,6 +159,16 @@ class DocumentOut(BaseModel):
     citable: bool
     warnings: list[str]
     created_at: datetime
+    status: Literal["ready", "processing", "failed"] = Field(
+        default="ready",
+        description="`processing` while pages are read by OCR in the background (the document "
+        "cannot be asked about yet: 409 `document_processing`); `failed` when they could not "
+        "be (see `error`).",
+    )
+    progress: Progress | None = Field(
+        default=None, description="While `processing`: pages read so far of the document's."
+    )
+    error: DocumentError | None = Field(default=None, description="Set when `failed`.")
 
 
 class ChunkOut(BaseModel):

@@ -26,6 +26,7 @@ from app.db.models import (
     DocumentBlob,
     DocumentChunk,
     DocumentPageRow,
+    OcrJob,
 )
 from app.db.tenancy import get_owned, list_newest
 from app.db.unavailable import driver_calls
@@ -39,15 +40,7 @@ from app.documents.kinds import (
     kind_for_filename,
     kind_for_media_type,
 )
-from app.documents.reading import (
-    OcrOptions,
-    check_page_limit,
-    page_read,
-    pages_to_read,
-    pdf_file,
-    read_pages,
-    with_pages_read,
-)
+from app.documents.reading import OcrOptions, check_page_limit, pages_to_read
 from app.documents.schemas import Base64PdfSource, DocumentSource, TextSource
 from app.documents.sources import SourceCache
 from app.errors import ErrorCode, InvalidDocument, PayloadTooLarge
@@ -74,6 +67,11 @@ class DocumentFields:
 class StoredDocument:
     document: Document
     created: bool  # False when identical bytes were already stored: the existing document
+
+    @property
+    def processing(self) -> bool:
+        """Whether its pages are still being read (OCR, in the background)."""
+        return self.document.status == "processing"
 
 
 def sha256_hex(data: bytes) -> str:
@@ -206,8 +204,9 @@ async def store_bytes(
 ) -> StoredDocument:
     """Store a document: of ``kind`` when the caller's source says so, else of the kind its
     bytes are (``declared`` being a hint). Identical bytes of the same kind give the document
-    stored before. Pages that need OCR (``ocr``) are read before it is stored; more of them
-    than ``ocr.max_pages`` is refused first."""
+    stored before. A PDF with pages to read by OCR (``ocr``) is stored ``processing`` with a
+    job that reads them in the background; more of them than ``ocr.max_pages`` is refused
+    first, with nothing stored."""
     if len(data) > max_bytes:
         raise PayloadTooLarge(f"The document exceeds the limit of {max_bytes} bytes.")
     digest, identified = await to_thread.run_sync(_digest_and_identify, data, kind, declared)
@@ -218,9 +217,8 @@ async def store_bytes(
     await session.commit()
     started = time.perf_counter()
     parsed = await parse_off_loop(data, kind, options)
-    if ocr is not None and (needed := pages_to_read(parsed, ocr.mode)):
-        check_page_limit(len(needed), ocr.max_pages)
-        parsed = await _read_by_ocr(data, parsed, needed, ocr)
+    needed = pages_to_read(parsed, ocr.mode) if ocr is not None else []
+    check_page_limit(len(needed), ocr.max_pages if ocr is not None else 0)
     log.info(
         "parsed %s document: %d bytes, %d chunks in %.3fs",
         kind.name,
@@ -228,19 +226,60 @@ async def store_bytes(
         len(parsed.chunks),
         time.perf_counter() - started,
     )
+    if needed and ocr is not None:
+        return await _store_for_ocr(
+            session, tenant_id, kind, parsed, data, digest, fields, needed, ocr
+        )
     return await _store(session, tenant_id, kind, parsed, data, digest, fields, started)
 
 
-async def _read_by_ocr(
-    data: bytes, parsed: ParsedDocument, numbers: list[int], ocr: OcrOptions
-) -> ParsedDocument:
-    """The document with ``numbers`` read by the OCR pool's workers."""
-    assert ocr.pool is not None and parsed.pages is not None
-    async with pdf_file(data) as path:
-        results = await read_pages(ocr.pool, path, numbers, ocr.languages)
-    warnings = {page.number: page.warnings for page in parsed.pages}
-    read = {number: page_read(page, warnings[number]) for number, page in results.items()}
-    return await to_thread.run_sync(with_pages_read, parsed, read)
+async def _store_for_ocr(
+    session: AsyncSession,
+    tenant_id: str,
+    kind: DocumentKind,
+    parsed: ParsedDocument,
+    data: bytes,
+    digest: str,
+    fields: DocumentFields,
+    needed: list[int],
+    ocr: OcrOptions,
+) -> StoredDocument:
+    """Blob, a ``processing`` document row (no chunks yet), its pages (those to read
+    ``pending``) and its OCR job, in one transaction; this process's reader is woken to take
+    the job, which another replica takes if this one has no room."""
+    document = _document_row(tenant_id, kind, parsed, data, digest, fields)
+    document.status, document.pages_done = "processing", 0
+    document.char_count = document.chunk_count = 0
+    document.citable = False
+    session.add(document)
+    pending = set(needed)
+    rows = [
+        row | {"text_source": "pending", "char_count": 0, "text": None, "words": None}
+        if row["page_number"] in pending
+        else row
+        for row in page_rows(document.id, tenant_id, parsed)
+    ]
+    try:
+        await session.flush()
+        await insert_blob(session, document.id, tenant_id, data)
+        await session.execute(insert(DocumentPageRow), rows)
+        session.add(
+            OcrJob(
+                document_id=document.id,
+                tenant_id=tenant_id,
+                created_at=time.time(),
+                languages=ocr.languages,
+                attempts=0,
+            )
+        )
+        await session.commit()
+    except IntegrityError:
+        await session.rollback()
+        if existing := await _find_same(session, tenant_id, kind.name, digest):
+            return StoredDocument(existing, created=False)
+        raise
+    ocr.jobs.wake()
+    return StoredDocument(document, created=True)
 
 
 def _digest_and_identify(
@@ -258,18 +297,15 @@ async def _find_same(
     return (await session.execute(query)).scalar_one_or_none()
 
 
-async def _store(
-    session: AsyncSession,
+def _document_row(
     tenant_id: str,
     kind: DocumentKind,
     parsed: ParsedDocument,
     data: bytes,
     digest: str,
     fields: DocumentFields,
-    started: float,
-) -> StoredDocument:
-    """Blob, document row and chunk rows in one transaction: all of them or nothing."""
-    document = Document(
+) -> Document:
+    return Document(
         id=new_id("doc"),
         tenant_id=tenant_id,
         kind=kind.name,
@@ -285,12 +321,27 @@ async def _store(
         chunk_count=len(parsed.chunks),
         citable=parsed.citable,
         warnings=parsed.warnings,
+        status="ready",
     )
+
+
+async def _store(
+    session: AsyncSession,
+    tenant_id: str,
+    kind: DocumentKind,
+    parsed: ParsedDocument,
+    data: bytes,
+    digest: str,
+    fields: DocumentFields,
+    started: float,
+) -> StoredDocument:
+    """Blob, document row and chunk rows in one transaction: all of them or nothing."""
+    document = _document_row(tenant_id, kind, parsed, data, digest, fields)
     session.add(document)
     try:
         await session.flush()
         await insert_blob(session, document.id, tenant_id, data)
-        await _insert_chunks(session, document.id, tenant_id, parsed)
+        await insert_chunks(session, document.id, tenant_id, parsed)
         await insert_pages(session, document.id, tenant_id, parsed)
         await index_document(session, document.id)
         await session.commit()
@@ -351,7 +402,7 @@ def _chunk_rows(
     return rows
 
 
-async def _insert_chunks(
+async def insert_chunks(
     session: AsyncSession, document_id: str, tenant_id: str, parsed: ParsedDocument
 ) -> None:
     """The index rows, in the session's transaction, a batch at a time, each batch made on a
@@ -480,7 +531,7 @@ async def delete_document(
 ) -> None:
     """Delete the document with its bytes and its index; no question is answered from it again."""
     document = await get_document(session, tenant_id, document_id)
-    for table in (CollectionDocument, DocumentChunk, DocumentPageRow, DocumentBlob):
+    for table in (CollectionDocument, DocumentChunk, DocumentPageRow, OcrJob, DocumentBlob):
         await session.execute(delete(table).where(table.document_id == document.id))
     await session.delete(document)
     await session.commit()

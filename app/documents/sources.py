@@ -18,7 +18,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from app.db.models import Document, DocumentBlob, DocumentChunk
 from app.documents.index import DocumentIndex, IndexedChunk
 from app.documents.kinds import DocumentKind, StoredParts, kind_named
-from app.errors import ErrorCode, InvalidRequest, NotFound
+from app.errors import Conflict, ErrorCode, InvalidRequest, NotFound
 from app.settings import Settings
 from app.upstream.wire import MAX_DOCUMENTS_PER_REQUEST, MAX_REQUEST_BYTES
 
@@ -212,6 +212,7 @@ _DOCUMENTS = select(
     _documents.size_bytes,
     _documents.citable,
     _documents.warnings,
+    _documents.status,
 ).where(
     _documents.tenant_id == bindparam("tenant_id"),
     _documents.id.in_(bindparam("ids", expanding=True)),
@@ -281,6 +282,14 @@ async def describe(
                 f"No document with id {document_id!r}.", code=ErrorCode.DOCUMENT_NOT_FOUND
             )
         document = found[document_id]
+        if document.status == "processing":
+            if from_collection:
+                continue  # not citable yet
+            raise Conflict(
+                f"Document {document_id!r} is still being read by OCR; ask again later.",
+                code=ErrorCode.DOCUMENT_PROCESSING,
+                headers={"Retry-After": str(PROCESSING_RETRY_AFTER)},
+            )
         if not document.citable:
             if from_collection:
                 continue
@@ -290,6 +299,10 @@ async def describe(
             )
         documents.append(document)
     return documents
+
+
+# Seconds a caller is told to wait before asking about a document being read by OCR again.
+PROCESSING_RETRY_AFTER = 10
 
 
 def _check_unique(document_ids: Sequence[str]) -> None:

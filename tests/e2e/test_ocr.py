@@ -4,6 +4,7 @@ text layer, or beside pages that keep their text layer. The truth is the source'
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -85,12 +86,42 @@ def mixed_scan() -> bytes:
     )
 
 
-def test_scanned_turned_and_garbage_pages_are_read_and_text_pages_kept(
+def wait_ready(client: httpx.Client, document_id: str, timeout: float = 600) -> dict[str, Any]:
+    """The document once its pages are read (polled as a caller would)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        response = client.get(f"/v1/documents/{document_id}")
+        assert response.status_code == 200, response.text
+        document: dict[str, Any] = response.json()
+        if document["status"] != "processing":
+            return document
+        assert time.monotonic() < deadline, document
+        time.sleep(0.5)
+
+
+def test_scanned_turned_and_garbage_pages_are_read_in_the_background_text_pages_kept(
     ocr_client: httpx.Client, database_url: str
 ) -> None:
-    response = _upload(ocr_client, "mixed-scan.pdf", mixed_scan())
-    assert response.status_code in (201, 202), response.text
+    scan = mixed_scan()
+    response = _upload(ocr_client, "mixed-scan.pdf", scan)
+    assert response.status_code == 202, response.text
     document = response.json()
+    assert document["status"] == "processing" and document["citable"] is False
+    assert document["progress"] == {"pages_done": 0, "pages_total": 4}
+    assert response.headers["location"] == f"/v1/documents/{document['id']}"
+    # Asked about while its pages are read: 409, and when to ask again.
+    asked = ocr_client.post(
+        "/v1/answers", json={"question": "What is Lorem ipsum?", "document_ids": [document["id"]]}
+    )
+    assert_problem(asked, 409, "document_processing")
+    assert int(asked.headers["retry-after"]) > 0
+    pending = _pages(ocr_client, document["id"])
+    assert [p["text_source"] for p in pending] == ["text_layer", "pending", "pending", "pending"]
+    # The same bytes again: the document as it stands.
+    again = _upload(ocr_client, "mixed-scan.pdf", scan)
+    assert again.status_code == 200 and again.json()["id"] == document["id"]
+    document = wait_ready(ocr_client, document["id"])
+    assert document["status"] == "ready" and document["progress"] is None
     pages = _pages(ocr_client, document["id"])
     assert [(p["text_source"], p["warnings"]) for p in pages] == [
         ("text_layer", []),
@@ -120,3 +151,24 @@ def test_more_pages_to_read_than_the_limit_are_refused_before_anything_is_stored
         assert_problem(response, 413, "ocr_page_limit_exceeded")
         assert "2 pages to read by OCR" in response.json()["detail"]
     assert count_rows(database_url, ("documents", "document_blobs", "document_pages")) == before
+
+
+def test_a_document_that_cannot_be_read_is_failed_with_its_reason_and_nothing_indexed(
+    settings: Settings, database_url: str
+) -> None:
+    # Korean is not among the languages scripts/test installs: Tesseract refuses to start.
+    broken = settings.model_copy(update={"ocr": "auto", "ocr_languages": "kor", "ocr_workers": 1})
+    with ServedApp(broken) as served, httpx.Client(base_url=served.base_url) as client:
+        response = _upload(client, "scan.pdf", image_pdf([render_page(MULTICOLUMN, 1, 72)]))
+        assert response.status_code == 202, response.text
+        document = wait_ready(client, response.json()["id"])
+        assert document["status"] == "failed" and document["citable"] is False
+        assert document["error"]["code"] == "ocr_failed"
+        assert "kor" in document["error"]["detail"], document["error"]
+        assert document["chunk_count"] == 0
+        chunks = client.get(f"/v1/documents/{document['id']}/chunks").json()["data"]
+        assert chunks == []
+        asked = client.post(
+            "/v1/answers", json={"question": "What is it?", "document_ids": [document["id"]]}
+        )
+        assert_problem(asked, 422, "document_not_citable")
