@@ -370,9 +370,14 @@ async def _build(
             )
         texts = [text for text, _ in chunks[document.id]]
         text = "".join(texts)
-        parts = StoredParts(text, texts, originals.pop(document.id, None))
-        windows = kind.page_windows(
-            document.page_count, document.size_bytes, limits.pdf_pages, limits.bytes
+        read_by_ocr = "pdf_pages_read_by_ocr" in document.warnings
+        parts = StoredParts(text, texts, originals.pop(document.id, None), read_by_ocr)
+        windows = (
+            None
+            if read_by_ocr
+            else kind.page_windows(
+                document.page_count, document.size_bytes, limits.pdf_pages, limits.bytes
+            )
         )
         if parts.data is None:
             sent = kind.sent_parts(parts, windows)

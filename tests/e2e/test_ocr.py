@@ -138,6 +138,58 @@ def test_scanned_turned_and_garbage_pages_are_read_in_the_background_text_pages_
         page = pages[number - 1]
         assert page["char_count"] == len(texts[number - 1])
         assert 0.8 <= page["ocr_confidence"] <= 1.0
+    # An OCR'd page is cited like any other: verified, with its page and boxes on the words.
+    question = "Praesent enim elit, rutrum at, molestie non, nonummy vel?"
+    response = ocr_client.post(
+        "/v1/answers", json={"question": question, "document_ids": [document["id"]]}
+    )
+    assert response.status_code == 200, response.text
+    citations = [c for s in response.json()["segments"] for c in s["citations"]]
+    on_scan = [c for c in citations if c["span"] and c["span"]["start_page"] == 2]
+    assert on_scan, citations
+    placed = 0
+    for citation in on_scan:
+        assert citation["verified"] is True and citation["type"] == "content_block_location"
+        boxes = citation["span"]["boxes"]
+        assert boxes and {box["page"] for box in boxes} == {2}
+        # Where the source's own text layer has those lines, the boxes are.
+        for line in citation["cited_text"].splitlines():
+            for centre in _truth_centres(MULTICOLUMN, 2, line.strip()):
+                assert _inside(centre, boxes), (line, centre, boxes)
+                placed += 1
+    assert placed >= 20, [c["cited_text"] for c in on_scan]
+    search = ocr_client.post(
+        "/v1/search", json={"query": "molestie nonummy", "document_ids": [document["id"]]}
+    )
+    assert search.status_code == 200 and search.json()["data"], search.text
+
+
+def _truth_centres(data: bytes, number: int, line: str) -> list[tuple[float, float]]:
+    """The centres of ``line``'s characters on the source page, as page fractions; none for a
+    line that is not there exactly once."""
+    with pdfium.PdfDocument(data) as document:
+        page = document[number - 1]
+        textpage = page.get_textpage()
+        text = textpage.get_text_range()
+        if len(line) < 8 or text.count(line) != 1:
+            return []
+        at = text.index(line)
+        width, height = page.get_size()
+        centres = []
+        for index in range(at, at + len(line)):
+            if not text[index].isspace():
+                left, bottom, right, top = textpage.get_charbox(index)
+                centres.append(((left + right) / 2 / width, 1 - (bottom + top) / 2 / height))
+        return centres
+
+
+def _inside(centre: tuple[float, float], boxes: list[dict[str, Any]]) -> bool:
+    x, y = centre
+    slack = 0.004
+    return any(
+        b["x0"] - slack <= x <= b["x1"] + slack and b["y0"] - slack <= y <= b["y1"] + slack
+        for b in boxes
+    )
 
 
 def test_more_pages_to_read_than_the_limit_are_refused_before_anything_is_stored(

@@ -86,6 +86,7 @@ class StoredParts:
     text: str
     chunk_texts: Sequence[str]
     data: bytes | None = None  # the original bytes, loaded only for kinds that send them
+    read_by_ocr: bool = False  # some pages' text came from OCR (a PDF's)
 
 
 PageWindow = tuple[int, int]
@@ -112,6 +113,9 @@ class DocumentKind(ABC):
     """The OpenAPI schema of those bytes."""
     citation_type: ClassVar[str]
     """The citation the upstream gives for this kind's documents."""
+    also_cited_by: ClassVar[frozenset[str]] = frozenset()
+    """Other citations it may get, when some of its documents are sent another way (a PDF
+    with OCR'd pages, sent as content blocks)."""
     signature: ClassVar[bytes | None] = None
     """Bytes that mark this kind near the start of a file; None for kinds never sniffed."""
     signature_within: ClassVar[int] = 0

@@ -33,6 +33,9 @@ class PdfKind(DocumentKind):
     media_type = "application/pdf"
     content_schema: ClassVar[dict[str, Any]] = {"type": "string", "format": "binary"}
     citation_type = "page_location"
+    # A PDF with pages read by OCR is sent as content blocks (its chunks): the upstream cannot
+    # cite a page it only sees as a picture, so its text goes as text it can cite.
+    also_cited_by: ClassVar[frozenset[str]] = frozenset({"content_block_location"})
     # PDF readers accept the header anywhere in the first 1024 bytes.
     signature = b"%PDF-"
     signature_within = 1024
@@ -88,6 +91,9 @@ class PdfKind(DocumentKind):
     def sent_parts(
         self, parts: StoredParts, windows: Sequence[PageWindow] | None
     ) -> list[SentPart]:
+        if parts.read_by_ocr:
+            blocks = [{"type": "text", "text": text} for text in parts.chunk_texts]
+            return [SentPart({"type": "content", "content": blocks}, None, len(parts.text) * 4)]
         if windows is None:
             return [SentPart(self.upstream_source(parts))]
         assert parts.data is not None, "windows are made from the original bytes"
@@ -106,6 +112,14 @@ class PdfKind(DocumentKind):
         return {**citation, "start_page_number": first + offset, "end_page_number": end + offset}
 
     def locate(self, citation: dict[str, Any], index: DocumentIndex) -> tuple[int, int] | None:
+        if citation.get("type") == "content_block_location":  # sent as its chunks
+            first_block, end_block = (
+                citation.get("start_block_index"),
+                citation.get("end_block_index"),
+            )
+            if not isinstance(first_block, int) or not isinstance(end_block, int):
+                return None
+            return index.block_range(first_block, end_block)
         first, end = citation.get("start_page_number"), citation.get("end_page_number")
         if not isinstance(first, int) or not isinstance(end, int):
             return None
