@@ -135,6 +135,14 @@ def cost_of(
     return RequestCost(1, kind.request_bytes(size_bytes, char_count), tokens)
 
 
+def _sent_size(document: Described) -> tuple[int | None, int]:
+    """The pages and bytes a document is sent with: a PDF with OCR'd pages goes as its text
+    (content blocks), not as its pictures, and in no page windows."""
+    if "pdf_pages_read_by_ocr" in document.warnings:
+        return None, 4 * document.char_count
+    return document.page_count, document.size_bytes
+
+
 class SourceCache:
     """Least recently used source documents, bounded by the characters they hold, each with
     the time the database last said it exists.
@@ -243,10 +251,7 @@ async def load_sources(
     documents = await describe(session, tenant_id, document_ids, from_collection=from_collection)
     limits.check(
         sum(
-            (
-                cost_of(kind_named(d.kind), d.char_count, d.page_count, d.size_bytes, limits)
-                for d in documents
-            ),
+            (cost_of(kind_named(d.kind), d.char_count, *_sent_size(d), limits) for d in documents),
             RequestCost(),
         )
     )
