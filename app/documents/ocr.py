@@ -126,21 +126,25 @@ def render(path: str, number: int, dpi: int = DPI) -> Image.Image:
 def read_page(path: str, number: int, languages: str, dpi: int = DPI) -> OcrPage:
     """Read page ``number`` of the PDF at ``path`` (in a worker process)."""
     picture = render(path, number, dpi)
-    return read_picture(picture, number, parse_languages(languages))
+    return read_picture(picture, number, parse_languages(languages), dpi)
 
 
-def read_picture(picture: Image.Image, number: int, configured: list[str]) -> OcrPage:
-    """Read a page's picture: turned upright by OSD, then read in its script's languages."""
+def read_picture(
+    picture: Image.Image, number: int, configured: list[str], dpi: int = DPI
+) -> OcrPage:
+    """Read a page's picture (``dpi`` dots an inch): turned upright by OSD, then read in its
+    script's languages. Tesseract is told the resolution: a picture carries none, and
+    Tesseract's guess from the text's height reads small print worse."""
     import pytesseract
 
-    rotation, script = _orientation(picture)
+    rotation, script = _orientation(picture, dpi)
     upright = picture.rotate(-rotation, expand=True) if rotation else picture
     languages = "+".join(languages_for(script, configured))
     try:
         data = pytesseract.image_to_data(
             upright,
             lang=languages,
-            config="--psm 3 -c tessedit_do_invert=0",
+            config=f"--psm 3 --dpi {dpi} -c tessedit_do_invert=0",
             output_type=pytesseract.Output.DICT,
         )
     except pytesseract.TesseractNotFoundError as exc:
@@ -150,7 +154,7 @@ def read_picture(picture: Image.Image, number: int, configured: list[str]) -> Oc
     return _page(number, data, upright.size, rotation, languages)
 
 
-def _orientation(picture: Image.Image) -> tuple[int, str | None]:
+def _orientation(picture: Image.Image, dpi: int) -> tuple[int, str | None]:
     """Degrees clockwise that turn the page upright, and its script; (0, None) when OSD finds
     too little text to tell."""
     import pytesseract
@@ -158,7 +162,7 @@ def _orientation(picture: Image.Image) -> tuple[int, str | None]:
     small = picture.reduce(_OSD_REDUCE)
     try:
         osd = pytesseract.image_to_osd(
-            small, config=f"--psm 0 --dpi {DPI // _OSD_REDUCE}", output_type=pytesseract.Output.DICT
+            small, config=f"--psm 0 --dpi {dpi // _OSD_REDUCE}", output_type=pytesseract.Output.DICT
         )
     except pytesseract.TesseractNotFoundError as exc:
         raise OcrError("Tesseract is not installed (apt-get install tesseract-ocr).") from exc
@@ -240,6 +244,9 @@ def _back(point: tuple[float, float], rotation: int) -> tuple[float, float]:
 def _initializer() -> None:
     # Tesseract's OpenMP threads would contend with the other workers: one thread a process.
     os.environ["OMP_THREAD_LIMIT"] = "1"
+    # Below the service in the scheduler's eyes (Tesseract inherits it): other requests keep
+    # their latency while pages are read, and OCR takes the cores they leave.
+    os.nice(10)
 
 
 class OcrPool:
@@ -251,8 +258,11 @@ class OcrPool:
 
     def _pool(self) -> ProcessPoolExecutor:
         if self._executor is None:
-            # spawn: the service's process has threads (and an event loop) a fork would copy.
-            context = multiprocessing.get_context("spawn")
+            # forkserver: the service's process has threads (and an event loop) a fork would
+            # copy; a fork server started afresh forks workers that import this module alone,
+            # not the service (as spawn's re-import of the command line's main module would).
+            context = multiprocessing.get_context("forkserver")
+            context.set_forkserver_preload([__name__])
             self._executor = ProcessPoolExecutor(
                 self._workers, mp_context=context, initializer=_initializer
             )
