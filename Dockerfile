@@ -47,6 +47,16 @@ RUN groupadd --system --gid 10001 citegate \
     && mkdir -p /srv/citegate/data \
     && chown -R citegate:citegate /srv/citegate
 
+# Tesseract reads the PDF pages that have no usable text layer (OCR), in the languages the
+# default CITEGATE_OCR_LANGUAGES names, plus its orientation and script detection (osd).
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends \
+        tesseract-ocr=5.3.0-2 tesseract-ocr-osd=1:4.1.0-2 tesseract-ocr-eng=1:4.1.0-2 \
+        tesseract-ocr-deu=1:4.1.0-2 tesseract-ocr-fra=1:4.1.0-2 tesseract-ocr-spa=1:4.1.0-2 \
+        tesseract-ocr-ita=1:4.1.0-2 tesseract-ocr-por=1:4.1.0-2 tesseract-ocr-rus=1:4.1.0-2 \
+        tesseract-ocr-ara=1:4.1.0-2 tesseract-ocr-chi-sim=1:4.1.0-2 tesseract-ocr-jpn=1:4.1.0-2 \
+    && rm -rf /var/lib/apt/lists/*
+
 COPY --from=build /opt/venv /opt/venv
 
 # The default database (sqlite under ./data) works here too; docker-compose.yml uses PostgreSQL.

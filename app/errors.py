@@ -112,6 +112,18 @@ class ErrorCode(StrEnum):
         "a document over `CITEGATE_MAX_DOCUMENT_BYTES` (given as JSON, over it or 32 MiB), "
         "or a body too large to hold one",
     )
+    DOCUMENT_PROCESSING = (
+        "document_processing",
+        409,
+        "a question (or count, batch, conversation) about a document whose pages are still "
+        "being read by OCR; `Retry-After` says when to ask again",
+    )
+    OCR_PAGE_LIMIT_EXCEEDED = (
+        "ocr_page_limit_exceeded",
+        413,
+        "a PDF with more pages to read by OCR than `CITEGATE_OCR_MAX_PAGES`, refused before "
+        "anything is stored",
+    )
     INVALID_CURSOR = "invalid_cursor", 422, "a `cursor` that Citegate did not make"
     REQUEST_TIMEOUT = (
         "request_timeout",

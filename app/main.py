@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import gc
 import logging
+import os
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 
@@ -37,6 +38,8 @@ from app.compat.openai import errors as openai_errors
 from app.db.engine import RowInserter, RowUpdater, create_engine, create_session_factory
 from app.db.models import Answer
 from app.db.unavailable import FAILURES, database_unavailable
+from app.documents.ocr import OcrPool
+from app.documents.ocr_jobs import OcrJobs
 from app.documents.pages import PdfPages
 from app.documents.sources import SourceCache
 from app.errors import ErrorRendering, install_error_handlers
@@ -108,6 +111,14 @@ def create_app(settings: Settings | None = None, *, own_process: bool = False) -
             metrics=metrics,
             pages=app.state.pdf_pages,
         )
+        app.state.ocr_jobs = OcrJobs(
+            app.state.sessions,
+            app.state.ocr_pool,
+            lease_seconds=settings.ocr_lease_seconds,
+            poll_seconds=settings.ocr_poll_seconds,
+            max_jobs=settings.ocr_workers or os.cpu_count() or 1,
+        )
+        ocr_reader = asyncio.create_task(app.state.ocr_jobs.run())
         watcher = asyncio.create_task(metrics.watch_event_loop())
         keeper = asyncio.create_task(live.run())
         app.state.batch_poller = BatchPoller(app.state.answer_context)
@@ -121,6 +132,8 @@ def create_app(settings: Settings | None = None, *, own_process: bool = False) -
             # the time a request's headers take (app.http_protocol).
             yield {HEADER_TIMEOUT_STATE: settings.header_timeout_seconds}
         finally:
+            ocr_reader.cancel()
+            await app.state.ocr_jobs.stop()  # their leases run out: another process goes on
             watcher.cancel()
             keeper.cancel()
             if poller is not None:
@@ -132,6 +145,7 @@ def create_app(settings: Settings | None = None, *, own_process: bool = False) -
             await transport.aclose()
             app.state.key_limits.close()
             await asyncio.to_thread(app.state.pdf_pages.close)  # PDFium's lock, off the loop
+            await asyncio.to_thread(app.state.ocr_pool.close)  # waits for its workers
             with contextlib.suppress(Exception):  # else its streams are marked a lease later
                 await live.stop()
             await engine.dispose()
@@ -150,6 +164,7 @@ def create_app(settings: Settings | None = None, *, own_process: bool = False) -
     app.state.key_limits = KeyLimits(settings, metrics)
     app.state.key_cache = keys.KeyCache(settings.recheck_seconds)
     app.state.pdf_pages = PdfPages()
+    app.state.ocr_pool = OcrPool(settings.ocr_workers or os.cpu_count() or 1)
     app.state.source_cache = SourceCache(settings.source_cache_chars, settings.recheck_seconds)
     rendering = ErrorRendering(
         {

@@ -245,6 +245,43 @@ class Settings(BaseSettings):
         "after creation expire (the Messages API's 24 h).",
     )
 
+    ocr: Literal["auto", "off", "force"] = Field(
+        default="auto",
+        description="Which PDF pages are read by OCR (Tesseract): `auto` those with no text "
+        "layer or a garbage one, `off` none (they stay without text), `force` every page.",
+    )
+    ocr_languages: str = Field(
+        default="eng+deu+fra+spa+ita+por+rus+ara+chi_sim+jpn",
+        pattern=r"^[a-z]{3}(_[a-z]{3,4})?(\+[a-z]{3}(_[a-z]{3,4})?)*$",
+        description="Tesseract's languages, joined by `+`. Each page is read with those of the "
+        "script Tesseract's orientation and script detection finds on it (all of them when "
+        "it finds none); fewer languages read faster.",
+    )
+    ocr_max_pages: int = Field(
+        default=1000,
+        ge=0,
+        description="Pages of one PDF that may need OCR at most; a PDF with more is refused "
+        "(413 `ocr_page_limit_exceeded`) before anything is stored.",
+    )
+    ocr_workers: int = Field(
+        default=0,
+        ge=0,
+        description="Worker processes reading pages by OCR, one page each at a time; 0: one "
+        "per CPU core.",
+    )
+    ocr_lease_seconds: float = Field(
+        default=60.0,
+        gt=0,
+        description="How long a process holds a document it reads by OCR without renewing "
+        "its lease (it renews it after every page); a process that died holding one leaves "
+        "it to another after this long.",
+    )
+    ocr_poll_seconds: float = Field(
+        default=5.0,
+        gt=0,
+        description="How often a process looks for documents whose OCR a stopped process left.",
+    )
+
     @property
     def max_json_document_bytes(self) -> int:
         """Largest document given as JSON. A JSON body is read whole, its base64 a third larger

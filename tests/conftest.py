@@ -88,8 +88,14 @@ def settings(database_url: str) -> Settings:
     # recheck_seconds=0: tests make, revoke and delete keys behind the served app's back and
     # expect its next request to see it. test_recheck.py and test_keys.py test rechecking.
     # batch_poller=False: apps on other upstreams share the database; test_batches.py polls.
+    # ocr="off": PDFs without text stay so (OCR takes seconds a page); the OCR tests serve
+    # apps of their own with it on.
     return Settings(
-        database_url=database_url, anthropic_api_key=None, recheck_seconds=0, batch_poller=False
+        database_url=database_url,
+        anthropic_api_key=None,
+        recheck_seconds=0,
+        batch_poller=False,
+        ocr="off",
     )
 
 

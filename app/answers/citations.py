@@ -23,8 +23,12 @@ from app.support.lexical import UNCHECKED, check_support
 
 log = logging.getLogger(__name__)
 
-# The citation types that point into stored documents: one per kind.
-_DOCUMENT_CITATIONS = frozenset(kind.citation_type for kind in all_kinds())
+# The citation types that point into stored documents: one per kind, and those some also get.
+_DOCUMENT_CITATIONS = frozenset(
+    {kind.citation_type for kind in all_kinds()}.union(
+        *(kind.also_cited_by for kind in all_kinds())
+    )
+)
 
 
 def resolve_citation(
@@ -60,7 +64,7 @@ def resolve_citation(
         return resolved
     resolved["document_id"] = document.document_id
     kind = kind_named(document.kind)
-    if citation["type"] != kind.citation_type:
+    if citation["type"] != kind.citation_type and citation["type"] not in kind.also_cited_by:
         log.warning("a %s citation of a %s document", citation["type"], kind.name)
         return resolved
     if block is not None and block.window is not None:

@@ -16,7 +16,9 @@ from app.auth.keys import KeyCache, Principal, Sessions, authenticate
 from app.auth.limits import KeyLimits
 from app.db.models import DEFAULT_TENANT_ID
 from app.db.unavailable import unreachable
+from app.documents.ocr_jobs import OcrJobs
 from app.documents.pages import PdfPages
+from app.documents.reading import OcrOptions
 from app.documents.sources import SourceCache
 from app.errors import Unauthorized
 from app.ids import NO_NUL
@@ -86,6 +88,12 @@ async def _pdf_pages(request: Request) -> PdfPages:
     return pages
 
 
+async def _ocr_options(request: Request) -> OcrOptions:
+    settings: Settings = request.app.state.settings
+    jobs: OcrJobs = request.app.state.ocr_jobs
+    return OcrOptions(settings.ocr, settings.ocr_languages, settings.ocr_max_pages, jobs)
+
+
 async def _answer_context(request: Request) -> AnswerContext:
     context: AnswerContext = request.app.state.answer_context
     return context
@@ -94,6 +102,7 @@ async def _answer_context(request: Request) -> AnswerContext:
 SessionDep = Annotated[AsyncSession, Depends(_session)]
 ContextDep = Annotated[AnswerContext, Depends(_answer_context)]
 PdfPagesDep = Annotated[PdfPages, Depends(_pdf_pages)]
+OcrDep = Annotated[OcrOptions, Depends(_ocr_options)]
 SettingsDep = Annotated[Settings, Depends(_settings)]
 SourceCacheDep = Annotated[SourceCache, Depends(_source_cache)]
 

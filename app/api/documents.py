@@ -15,6 +15,7 @@ from app.api.deps import (
     DEFAULT_LIMIT,
     DocumentId,
     LimitQuery,
+    OcrDep,
     PageCursorDep,
     SessionDep,
     SettingsDep,
@@ -23,16 +24,21 @@ from app.api.deps import (
 )
 from app.api.problems import AUTH_PROBLEMS, BODY_PROBLEMS, ProblemResponse, links, problems
 from app.api.responses import OrjsonResponse
-from app.db.models import Document, DocumentChunk
+from app.db.models import Document, DocumentChunk, DocumentPageRow
 from app.documents import service
 from app.documents.kinds import ParseOptions, all_kinds
+from app.documents.reading import OcrOptions
 from app.documents.schemas import (
     ChunkOut,
     ChunkPage,
     CreateDocumentRequest,
+    DocumentError,
     DocumentOut,
     DocumentPage,
     DocumentUpload,
+    PageOut,
+    PagePage,
+    Progress,
 )
 from app.errors import PayloadTooLarge
 from app.settings import Settings
@@ -55,6 +61,18 @@ _STORED: dict[int | str, dict[str, Any]] = {
         "description": "The same bytes were stored before: that document.",
         "links": _DOCUMENT_LINKS,
     },
+    202: {
+        "model": DocumentOut,
+        "description": "Stored, with pages to read by OCR in the background: `status` is "
+        "`processing` and `progress` counts the pages read; `getDocument` shows it change.",
+        "headers": {
+            "Location": {
+                "description": "The new document's URL path.",
+                "schema": {"type": "string"},
+            }
+        },
+        "links": _DOCUMENT_LINKS,
+    },
 }
 
 
@@ -75,6 +93,17 @@ def document_out(document: Document) -> DocumentOut:
         citable=document.citable,
         warnings=document.warnings,
         created_at=document.created_at,
+        status=document.status,
+        progress=(
+            Progress(pages_done=document.pages_done or 0, pages_total=document.page_count or 0)
+            if document.status == "processing"
+            else None
+        ),
+        error=(
+            DocumentError(code=document.error_code, detail=document.error_detail or "")
+            if document.status == "failed" and document.error_code
+            else None
+        ),
     )
 
 
@@ -91,11 +120,13 @@ def chunk_out(chunk: DocumentChunk) -> ChunkOut:
 
 
 def _stored_response(stored: service.StoredDocument) -> OrjsonResponse:
-    """201 with a Location for a new document, 200 for identical bytes stored before."""
+    """201 with a Location for a new document (202 while its pages are read by OCR), 200 for
+    identical bytes stored before."""
     body = document_out(stored.document).model_dump(mode="json")
     if stored.created:
         location = f"/v1/documents/{stored.document.id}"
-        return OrjsonResponse(body, status.HTTP_201_CREATED, headers={"Location": location})
+        code = status.HTTP_202_ACCEPTED if stored.processing else status.HTTP_201_CREATED
+        return OrjsonResponse(body, code, headers={"Location": location})
     return OrjsonResponse(body, status.HTTP_200_OK)
 
 
@@ -128,10 +159,11 @@ async def upload_document(
     session: SessionDep,
     tenant_id: TenantDep,
     settings: SettingsDep,
+    ocr: OcrDep,
     form: Annotated[DocumentUpload, File()],
 ) -> OrjsonResponse:
     stored = await store_uploaded_file(
-        session, tenant_id, settings, form.file, title=form.title, context=form.context
+        session, tenant_id, settings, form.file, title=form.title, context=form.context, ocr=ocr
     )
     return _stored_response(stored)
 
@@ -144,8 +176,10 @@ async def store_uploaded_file(
     *,
     title: str | None = None,
     context: str | None = None,
+    ocr: OcrOptions | None = None,
 ) -> service.StoredDocument:
-    """Store an uploaded file as a document (413 over the configured size)."""
+    """Store an uploaded file as a document (413 over the configured size); its pages are
+    read by OCR as ``ocr`` says (none when it is None)."""
     max_bytes = settings.max_document_bytes
     limits = ParseOptions(
         max_rows=settings.max_sheet_rows, max_unpacked_bytes=settings.max_unpacked_bytes
@@ -164,15 +198,25 @@ async def store_uploaded_file(
         max_bytes=max_bytes,
         declared_media_type=file.content_type,
         limits=limits,
+        ocr=ocr,
     )
 
 
 async def create_document(
-    body: CreateDocumentRequest, session: SessionDep, tenant_id: TenantDep, settings: SettingsDep
+    body: CreateDocumentRequest,
+    session: SessionDep,
+    tenant_id: TenantDep,
+    settings: SettingsDep,
+    ocr: OcrDep,
 ) -> OrjsonResponse:
     fields = service.DocumentFields(title=body.title, context=body.context, metadata=body.metadata)
     stored = await service.store_source(
-        session, tenant_id, body.source, fields, max_bytes=settings.max_json_document_bytes
+        session,
+        tenant_id,
+        body.source,
+        fields,
+        max_bytes=settings.max_json_document_bytes,
+        ocr=ocr,
     )
     return _stored_response(stored)
 
@@ -265,6 +309,39 @@ async def list_document_chunks(
     page = await service.list_chunks(session, tenant_id, document_id, limit, cursor.value)
     return ChunkPage(
         data=[chunk_out(c) for c in page.items], next_cursor=cursor.next(page.next_cursor)
+    )
+
+
+def page_out(page: DocumentPageRow) -> PageOut:
+    return PageOut(
+        page_number=page.page_number,
+        text_source=page.text_source,
+        ocr_confidence=page.ocr_confidence,
+        char_count=page.char_count,
+        warnings=page.warnings,
+    )
+
+
+@router.get(
+    "/{document_id}/pages",
+    operation_id="listDocumentPages",
+    summary="List how each page of a PDF was read",
+    response_model=PagePage,
+    responses=problems(404, 422),
+)
+async def list_document_pages(
+    document_id: DocumentId,
+    session: SessionDep,
+    tenant_id: TenantDep,
+    cursor: PageCursorDep,
+    limit: LimitQuery = DEFAULT_LIMIT,
+) -> PagePage:
+    """Each page's text source (text layer, OCR or none), OCR confidence, characters and
+    warnings. Empty for documents that are not PDFs, and for PDFs stored before pages were
+    recorded."""
+    page = await service.list_pages(session, tenant_id, document_id, limit, cursor.value)
+    return PagePage(
+        data=[page_out(p) for p in page.items], next_cursor=cursor.next(page.next_cursor)
     )
 
 

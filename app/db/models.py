@@ -110,6 +110,50 @@ class Document(Base):
     citable: Mapped[bool]
     warnings: Mapped[list[str]] = mapped_column(JSON, default=list)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+    # "ready", or "processing" while pages are read by OCR in the background, or "failed"
+    # (with error_code and error_detail); pages_done counts the pages read so far.
+    status: Mapped[str] = mapped_column(String(16), default="ready", server_default="ready")
+    pages_done: Mapped[int | None] = mapped_column(Integer)
+    error_code: Mapped[str | None] = mapped_column(String(64))
+    error_detail: Mapped[str | None] = mapped_column(Text)
+
+
+class DocumentPageRow(Base):
+    """How one page of a PDF was read (see ``app.documents.kinds.base.PageFacts``). An OCR'd
+    page keeps its text and words; ``text_source`` is ``pending`` until it is read."""
+
+    __tablename__ = "document_pages"
+
+    document_id: Mapped[str] = mapped_column(
+        ForeignKey("documents.id", ondelete="CASCADE"), primary_key=True
+    )
+    page_number: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
+    tenant_id: Mapped[str] = mapped_column(ForeignKey("tenants.id"))
+    start_char: Mapped[int] = mapped_column(Integer)
+    char_count: Mapped[int] = mapped_column(Integer)
+    text_source: Mapped[str] = mapped_column(String(16))
+    ocr_confidence: Mapped[float | None] = mapped_column(Float)
+    warnings: Mapped[list[str]] = mapped_column(JSON, default=list)
+    text: Mapped[str | None] = mapped_column(Text, deferred=True)
+    words: Mapped[list[list[float]] | None] = mapped_column(JSON, deferred=True)
+
+
+class OcrJob(Base):
+    """A document whose pages are being read by OCR. The process reading it holds
+    ``lease_owner`` / ``lease_until`` (seconds since the epoch) and renews it; a lease that
+    ran out is taken over by the next process that looks. Deleted when the document is done."""
+
+    __tablename__ = "ocr_jobs"
+
+    document_id: Mapped[str] = mapped_column(
+        ForeignKey("documents.id", ondelete="CASCADE"), primary_key=True
+    )
+    tenant_id: Mapped[str] = mapped_column(ForeignKey("tenants.id"))
+    created_at: Mapped[float] = mapped_column(Float, index=True)
+    languages: Mapped[str] = mapped_column(String(200))
+    lease_owner: Mapped[str | None] = mapped_column(String(64))
+    lease_until: Mapped[float | None] = mapped_column(Float)
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
 
 
 class DocumentBlob(Base):

@@ -17,7 +17,6 @@ log = logging.getLogger(__name__)
 _NORMALISED_REACH = 20_000
 _HYPHENATION_MARKS = "\u0002\ufffe\u00ad"
 _CANONICAL = {
-    **{mark: "-" for mark in _HYPHENATION_MARKS},
     **dict.fromkeys("‘’‚‛′", "'"),
     **dict.fromkeys("“”„‟″", '"'),
     "ﬀ": "ff",
@@ -116,8 +115,9 @@ def normalize(text: str) -> tuple[str, list[int], list[int]]:
     """Text in a form that two extractions of the same passage share, with a map back.
 
     Runs of whitespace become one space (``\\r\\n`` and ``\\n`` alike); hyphenation marks
-    (U+0002, U+FFFE, soft hyphen) become ``-`` and swallow the line break after them; curly
-    quotes become straight ones; ligatures are expanded. Returns the normalised text and, for
+    (U+0002, U+FFFE, soft hyphen) are left out with the line break after them (the stored text
+    of a PDF has none: the word is whole); curly quotes become straight ones; ligatures are
+    expanded. Returns the normalised text and, for
     each of its characters, the start and end offsets of what it came from in ``text``.
     """
     out: list[str] = []
@@ -126,14 +126,18 @@ def normalize(text: str) -> tuple[str, list[int], list[int]]:
     after_mark = False
     for index, char in enumerate(text):
         if char.isspace():
-            if after_mark or (out and out[-1] == " "):
+            if out and (after_mark or out[-1] == " "):
                 ends[-1] = index + 1
-            else:
+            elif not after_mark:
                 out.append(" ")
                 starts.append(index)
                 ends.append(index + 1)
             continue
         after_mark = char in _HYPHENATION_MARKS
+        if after_mark:
+            if out:
+                ends[-1] = index + 1
+            continue
         for piece in _CANONICAL.get(char, char):
             out.append(piece)
             starts.append(index)
@@ -161,6 +165,8 @@ def locate(text: str, cited: str, within: tuple[int, int], near: int) -> tuple[i
         if found is not None:
             return found
     needle = normalize(cited)[0].strip()
+    if not needle:  # only hyphenation marks and whitespace
+        return None
     window = (
         max(0, near - _NORMALISED_REACH),
         min(len(text), near + len(cited) + _NORMALISED_REACH),

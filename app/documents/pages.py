@@ -1,11 +1,13 @@
 """PDF pages as pictures, and where a span's characters sit on them. PDFium does both: it is
 the extractor the stored text came from, so its character indices are the stored offsets.
 
-A PDF page's stored text is PDFium's ``get_text_range()`` of the page (``app.documents.pdf``),
-and the document text is the pages' texts joined. A span's offsets are therefore page-local
-offsets into that text once the page's start is known, and those are PDFium's character
-indices, except where PDFium holds a character that its text leaves out (a control character
-in some Arabic fonts): the two are aligned once per page then.
+A PDF page's stored text is PDFium's ``get_text_range()`` of the page without hyphenation marks,
+then its filled form values (``app.documents.pdf.page_text``), and the document text is the
+pages' texts joined. A span's offsets are therefore page-local offsets into that text once the
+page's start is known; ``PageText`` maps them to PDFium's text (a form value's characters to its
+widget's rectangle), whose indices are PDFium's character indices, except where PDFium holds a
+character that its text leaves out (a control character in some Arabic fonts): the two are
+aligned once per page then.
 
 Opening a PDF costs more than rendering a page of it, so a few opened documents are kept
 (least recently used), and rendered pages too, bounded by their bytes; ``PdfPages.close``
@@ -24,11 +26,8 @@ import pypdfium2 as pdfium
 import pypdfium2.raw as pdfium_c
 from cachetools import LRUCache
 
-from app.documents.pdf import PDFIUM_LOCK, storable_text
+from app.documents.pdf import PDFIUM_LOCK, PageText, Rect, init_forms, read_page
 from app.documents.png import encode_png
-
-# A rectangle in PDF user space: left, bottom, right, top (points, y upwards).
-Rect = tuple[float, float, float, float]
 
 # Two characters are on one line when their heights overlap by this share of the smaller one.
 _SAME_LINE_OVERLAP = 0.5
@@ -89,6 +88,18 @@ class Box:
         }
 
 
+@dataclass(frozen=True, slots=True)
+class PageLayout:
+    """Where a page's stored text starts in the document text and where it came from
+    (``document_pages``): PDFium's text layer gives boxes by its characters, OCR by its
+    words ((start, end, x0, y0, x1, y1), page-local offsets, fractions), nothing none."""
+
+    start_char: int
+    char_count: int
+    text_source: str
+    words: Sequence[Sequence[float]] | None = None
+
+
 class PdfUnavailable(Exception):
     """PDFium cannot open the stored PDF (its text came from the fallback parser)."""
 
@@ -104,11 +115,7 @@ class _Opened:
         while len(self.page_starts) < number:
             page = self.document[len(self.page_starts) - 1]
             try:
-                textpage = page.get_textpage()
-                try:
-                    length = len(storable_text(textpage.get_text_range()))
-                finally:
-                    textpage.close()
+                length = len(read_page(self.document, page)[1].text)
             finally:
                 page.close()
             self.page_starts.append(self.page_starts[-1] + length)
@@ -177,12 +184,18 @@ class PdfPages:
         return png
 
     def boxes(
-        self, key: str, data: bytes | None, spans: Sequence[tuple[int, int, int, int]]
+        self,
+        key: str,
+        data: bytes | None,
+        spans: Sequence[tuple[int, int, int, int]],
+        layout: Sequence[PageLayout] | None = None,
     ) -> list[list[Box]]:
-        """For each span (start_char, end_char, start_page, end_page), its boxes per line."""
+        """For each span (start_char, end_char, start_page, end_page), its boxes per line.
+        ``layout`` is each page's (from page 1) when the document recorded it; without it
+        every page's text is taken to be its text layer."""
         with PDFIUM_LOCK:
             opened = self._opened(key, data)
-            return [self._span_boxes(opened, *span) for span in spans]
+            return [self._span_boxes(opened, *span, layout=layout) for span in spans]
 
     def _opened(self, key: str, data: bytes | None) -> _Opened:
         opened = self._open.get(key)
@@ -191,61 +204,110 @@ class PdfPages:
                 raise KeyError(key)
             try:
                 document = pdfium.PdfDocument(data)
+                init_forms(document)
             except pdfium.PdfiumError as exc:
                 raise PdfUnavailable(str(exc)) from exc
             opened = self._open[key] = _Opened(document, data)
         return opened
 
     def _span_boxes(
-        self, opened: _Opened, start: int, end: int, first_page: int, last_page: int
+        self,
+        opened: _Opened,
+        start: int,
+        end: int,
+        first_page: int,
+        last_page: int,
+        layout: Sequence[PageLayout] | None = None,
     ) -> list[Box]:
         boxes: list[Box] = []
         last_page = min(last_page, len(opened.document))
+        if layout is not None:
+            last_page = min(last_page, len(layout))
         for number in range(max(first_page, 1), last_page + 1):
-            page_start, page_end = opened.page_start(number), opened.page_start(number + 1)
+            if layout is not None:
+                facts = layout[number - 1]
+                page_start, page_end = facts.start_char, facts.start_char + facts.char_count
+            else:
+                facts = None
+                page_start, page_end = opened.page_start(number), opened.page_start(number + 1)
             lo, hi = max(start, page_start) - page_start, min(end, page_end) - page_start
             if lo >= hi:
                 continue
+            if facts is not None and facts.text_source != "text_layer":
+                boxes.extend(word_boxes(facts.words or (), number, lo, hi))
+                continue
             page = opened.document[number - 1]
             try:
-                boxes.extend(_page_boxes(page, number, lo, hi))
+                boxes.extend(_page_boxes(opened.document, page, number, lo, hi))
             finally:
                 page.close()
         return boxes
 
 
-def _page_boxes(page: pdfium.PdfPage, number: int, lo: int, hi: int) -> list[Box]:
+def word_boxes(words: Sequence[Sequence[float]], number: int, lo: int, hi: int) -> list[Box]:
+    """The boxes of an OCR'd page's text ``[lo, hi)``: its words' boxes there, merged per line
+    as PDFium's characters are (fractions, top left origin: y grows downwards)."""
+    rects = [(x0, -y1, x1, -y0) for start, end, x0, y0, x1, y1 in words if start < hi and lo < end]
+    return [Box(number, a, -d, c, -b) for a, b, c, d in merge_lines(rects)]
+
+
+def _page_boxes(
+    document: pdfium.PdfDocument, page: pdfium.PdfPage, number: int, lo: int, hi: int
+) -> list[Box]:
     """The boxes of the page's stored text ``[lo, hi)``, as fractions of the displayed page."""
+    raw, stored = read_page(document, page)
     textpage = page.get_textpage()
     try:
-        indices = _char_indices(textpage, lo, hi)
+        indices = _char_indices(textpage, raw, _raw_range(stored, lo, hi))
         chars = [textpage.get_charbox(index) for index in indices]
     finally:
         textpage.close()
     to_display = _display_transform(page)
+    rects = merge_lines(chars) + _field_rects(stored, lo, hi)
     boxes = []
-    for left, bottom, right, top in merge_lines(chars):
+    for left, bottom, right, top in rects:
         (xa, ya), (xb, yb) = to_display(left, bottom), to_display(right, top)
         boxes.append(Box(number, min(xa, xb), min(ya, yb), max(xa, xb), max(ya, yb)))
     return boxes
 
 
-def _char_indices(textpage: pdfium.PdfTextPage, lo: int, hi: int) -> list[int]:
-    """PDFium's character indices of the page text's ``[lo, hi)``."""
-    text = textpage.get_text_range()
+def _raw_range(stored: PageText, lo: int, hi: int) -> list[int]:
+    """The indices in PDFium's page text of the stored text layer's ``[lo, hi)``."""
+    hi = min(hi, stored.layer_length)
+    if lo >= hi:
+        return []
+    if stored.layer_indices is None:
+        return list(range(lo, hi))
+    return stored.layer_indices[lo:hi]
+
+
+def _field_rects(stored: PageText, lo: int, hi: int) -> list[Rect]:
+    """The widget rectangles of the form values the stored text's ``[lo, hi)`` touches."""
+    return [
+        form_value.rect
+        for form_value, start in zip(stored.fields, stored.field_starts, strict=True)
+        if start < hi and lo < start + len(form_value.value)
+    ]
+
+
+def _char_indices(textpage: pdfium.PdfTextPage, text: str, wanted: list[int]) -> list[int]:
+    """PDFium's character indices of the page text's characters at ``wanted`` (ascending)."""
+    if not wanted:
+        return []
     count = textpage.count_chars()
     held = "".join(
         _HYPHEN_TEXT if code == 2 else chr(code)
         for code in (pdfium_c.FPDFText_GetUnicode(textpage.raw, i) for i in range(count))
     )
     if held == text:
-        return list(range(lo, min(hi, count)))
-    indices = []
+        return [index for index in wanted if index < count]
+    to_held = {}
     matcher = difflib.SequenceMatcher(None, text, held, autojunk=False)
+    lo, hi = wanted[0], wanted[-1] + 1
     for at_text, at_held, size in matcher.get_matching_blocks():
         for offset in range(max(lo, at_text), min(hi, at_text + size)):
-            indices.append(at_held + offset - at_text)
-    return indices
+            to_held[offset] = at_held + offset - at_text
+    return [to_held[index] for index in wanted if index in to_held]
 
 
 def _display_transform(page: pdfium.PdfPage) -> _Transform:

@@ -1,23 +1,28 @@
 """PDF text extraction: pypdfium2 first, pypdf when PDFium refuses a file that is not encrypted.
 
-Page text is kept exactly as PDFium gives it (``\\r\\n`` line breaks, U+FFFE at hyphenation
-breaks): the Messages API's own extraction looks the same, so its ``cited_text`` is usually found
-character for character. Both libraries' failures become one error type, ``PdfError``.
+Page text is kept as PDFium gives it (``\\r\\n`` line breaks included): the Messages API's own
+extraction looks the same, so its ``cited_text`` is usually found character for character. Two
+things are changed, both by ``page_text``: hyphenation marks inside words (PDFium's U+FFFE at a
+line-end hyphen, soft hyphens) are left out, so the word is whole; and the values of the page's
+filled form fields follow its text, one a line. Both libraries' failures become one error type,
+``PdfError``.
 """
 
 from __future__ import annotations
 
+import ctypes
 import hashlib
 import io
 import logging
 import re
 import threading
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import pypdfium2 as pdfium
 import pypdfium2.raw as pdfium_c
 
+from app.documents.text_layer import LayerVerdict, Verdict, text_layer_verdict
 from app.errors import ErrorCode
 
 log = logging.getLogger(__name__)
@@ -34,6 +39,115 @@ _SCAN_MIN_IMAGE_COVERAGE = 0.8
 PDFIUM_LOCK = threading.Lock()
 
 
+# Marks inside a word that are no part of it: PDFium's end-of-line hyphen (its text shows the
+# character it holds as U+0002 as U+FFFE) and the soft hyphen.
+HYPHENATION_MARKS = frozenset("\ufffe\u00ad")
+# Form fields whose value is text a reader sees: text fields, combo boxes, list boxes.
+_TEXT_FIELD_TYPES = frozenset(
+    (
+        pdfium_c.FPDF_FORMFIELD_TEXTFIELD,
+        pdfium_c.FPDF_FORMFIELD_COMBOBOX,
+        pdfium_c.FPDF_FORMFIELD_LISTBOX,
+    )
+)
+# A rectangle in PDF user space: left, bottom, right, top (points, y upwards).
+Rect = tuple[float, float, float, float]
+
+
+@dataclass(frozen=True, slots=True)
+class FormValue:
+    """A filled form field's value on a page and the rectangle of its widget."""
+
+    value: str
+    rect: Rect
+
+
+@dataclass(frozen=True, slots=True)
+class PageText:
+    """A page's stored text and where its characters came from.
+
+    ``text`` is the text layer without hyphenation marks, then each form value after a line
+    break. ``layer_indices[i]`` is the index in PDFium's text of the layer's character ``i``
+    (None when nothing was left out: the same index); ``field_starts`` are the offsets in
+    ``text`` where each of ``fields`` begins.
+    """
+
+    text: str
+    layer_length: int
+    layer_indices: list[int] | None
+    fields: list[FormValue] = field(default_factory=list)
+    field_starts: list[int] = field(default_factory=list)
+
+
+def without_hyphenation(raw: str) -> tuple[str, list[int] | None]:
+    """``raw`` without hyphenation marks, and the index in ``raw`` of each character kept (None
+    when there was none to leave out)."""
+    if not any(mark in raw for mark in HYPHENATION_MARKS):
+        return raw, None
+    kept = [index for index, char in enumerate(raw) if char not in HYPHENATION_MARKS]
+    return "".join(raw[index] for index in kept), kept
+
+
+def page_text(raw: str, fields: Sequence[FormValue] = ()) -> PageText:
+    """The stored text of a page whose PDFium text is ``raw`` and whose filled form fields are
+    ``fields``."""
+    layer, indices = without_hyphenation(storable_text(raw))
+    parts, starts, length = [layer], [], len(layer)
+    for form_value in fields:
+        separator = "\r\n" if length else ""
+        starts.append(length + len(separator))
+        value = storable_text(form_value.value)
+        parts.append(separator + value)
+        length += len(separator) + len(value)
+    return PageText("".join(parts), len(layer), indices, list(fields), starts)
+
+
+def init_forms(document: pdfium.PdfDocument) -> None:
+    """Make the document's form fields readable (``form_values``). Call it before any page is
+    loaded; a document with no form costs nothing."""
+    if pdfium_c.FPDF_GetFormType(document.raw) != pdfium_c.FORMTYPE_NONE:
+        document.init_forms()
+
+
+def form_values(document: pdfium.PdfDocument, page: pdfium.PdfPage) -> list[FormValue]:
+    """The page's filled text, combo and list fields, top to bottom then left to right."""
+    formenv = document.formenv
+    if formenv is None:
+        return []
+    found = []
+    for index in range(pdfium_c.FPDFPage_GetAnnotCount(page.raw)):
+        annot = pdfium_c.FPDFPage_GetAnnot(page.raw, index)
+        if not annot:
+            continue
+        try:
+            if pdfium_c.FPDFAnnot_GetFormFieldType(formenv.raw, annot) not in _TEXT_FIELD_TYPES:
+                continue
+            size = pdfium_c.FPDFAnnot_GetFormFieldValue(formenv.raw, annot, None, 0)
+            if size <= 2:
+                continue
+            buffer = (ctypes.c_ushort * (size // 2))()
+            pdfium_c.FPDFAnnot_GetFormFieldValue(formenv.raw, annot, buffer, size)
+            value = bytes(buffer)[: size - 2].decode("utf-16-le", "replace").strip()
+            rect = pdfium_c.FS_RECTF()
+            pdfium_c.FPDFAnnot_GetRect(annot, rect)
+        finally:
+            pdfium_c.FPDFPage_CloseAnnot(annot)
+        if value:
+            found.append(FormValue(value, (rect.left, rect.bottom, rect.right, rect.top)))
+    found.sort(key=lambda item: (-round(item.rect[3]), item.rect[0]))
+    return found
+
+
+def read_page(document: pdfium.PdfDocument, page: pdfium.PdfPage) -> tuple[str, PageText]:
+    """PDFium's text of the page and the page's stored text (``init_forms`` done first)."""
+    textpage = page.get_textpage()
+    try:
+        raw = textpage.get_text_range()
+    finally:
+        textpage.close()
+    return raw, page_text(raw, form_values(document, page))
+
+
 class PdfError(Exception):
     """The PDF cannot be read. ``code`` says why: ``pdf_encrypted`` or ``pdf_invalid``."""
 
@@ -45,24 +159,31 @@ class PdfError(Exception):
 
 @dataclass(frozen=True, slots=True)
 class PdfText:
-    """The text of each page (index 0 is page 1) and which pages carry no text layer."""
+    """The text of each page (index 0 is page 1) and the verdict on each page's text layer."""
 
     pages: list[str]
-    pages_without_text: list[int]  # 1-based page numbers
+    verdicts: list[LayerVerdict]
     parser: str
 
+    @property
+    def pages_without_text(self) -> list[int]:
+        """1-based numbers of the pages whose text layer is missing or garbage."""
+        return [n for n, v in enumerate(self.verdicts, 1) if v.verdict is not Verdict.TEXT]
 
-def extract_pdf_text(data: bytes) -> PdfText:
-    """Extract every page's text. Raises ``PdfError`` for encrypted or unreadable files.
+
+def extract_pdf_text(data: bytes, *, as_pdfium_gives: bool = False) -> PdfText:
+    """Extract every page's stored text (``page_text``), or with ``as_pdfium_gives`` PDFium's
+    text as it is (hyphenation marks kept, no form values: what the upstream reads, for the
+    local engine). Raises ``PdfError`` for encrypted or unreadable files.
 
     Safe to call from several threads at once: PDFium work takes ``PDFIUM_LOCK`` in turn.
     """
     with PDFIUM_LOCK:
-        extracted = _extract_with_pdfium(data)
+        extracted = _extract_with_pdfium(data, as_pdfium_gives)
     return extracted if extracted is not None else _extract_with_pypdf(data)
 
 
-def _extract_with_pdfium(data: bytes) -> PdfText | None:
+def _extract_with_pdfium(data: bytes, as_pdfium_gives: bool = False) -> PdfText | None:
     """None when PDFium refuses a file that is not encrypted. Call it holding ``PDFIUM_LOCK``."""
     try:
         document = pdfium.PdfDocument(data)
@@ -75,26 +196,24 @@ def _extract_with_pdfium(data: bytes) -> PdfText | None:
         # The upstream refuses encrypted PDFs, even those that open without a password.
         if pdfium_c.FPDF_GetSecurityHandlerRevision(document.raw) != -1:
             raise PdfError(ErrorCode.PDF_ENCRYPTED, "The PDF is encrypted.")
+        if not as_pdfium_gives:
+            init_forms(document)
         pages: list[str] = []
-        without_text: list[int] = []
-        for number, page in enumerate(document, start=1):
-            textpage = page.get_textpage()
-            text = textpage.get_text_range()
-            textpage.close()
-            if _is_textless(text, page):
-                without_text.append(number)
+        verdicts: list[LayerVerdict] = []
+        for page in document:
+            raw, text = read_page(document, page)
+            verdicts.append(text_layer_verdict(text.text, covered_by_image=_scanned(text, page)))
             page.close()
-            pages.append(storable_text(text))
-        return PdfText(pages, without_text, "pdfium")
+            pages.append(storable_text(raw) if as_pdfium_gives else text.text)
+        return PdfText(pages, verdicts, "pdfium")
     finally:
         document.close()  # and its pages, if an error left any open: under the lock
 
 
-def _is_textless(text: str, page: pdfium.PdfPage) -> bool:
-    visible = len("".join(text.split()))
-    if visible == 0:
-        return True
-    if visible >= _SCAN_MAX_CHARS:
+def _scanned(text: PageText, page: pdfium.PdfPage) -> bool:
+    """Whether an image covers almost all of a page with little text (a scan's label)."""
+    visible = len("".join(text.text.split()))
+    if visible == 0 or visible >= _SCAN_MAX_CHARS:
         return False
     width, height = page.get_size()
     area = width * height or 1.0
@@ -112,7 +231,10 @@ def _extract_with_pypdf(data: bytes) -> PdfText:
         reader = pypdf.PdfReader(io.BytesIO(data))
         if reader.is_encrypted:
             raise PdfError(ErrorCode.PDF_ENCRYPTED, "The PDF is encrypted.")
-        pages = [storable_text(page.extract_text() or "") for page in reader.pages]
+        pages = [
+            without_hyphenation(storable_text(page.extract_text() or ""))[0]
+            for page in reader.pages
+        ]
     except PdfError:
         raise
     except Exception as exc:  # pypdf raises many types on damaged files
@@ -121,8 +243,7 @@ def _extract_with_pypdf(data: bytes) -> PdfText:
         ) from exc
     if not pages:
         raise PdfError(ErrorCode.PDF_INVALID, "The PDF has no pages.")
-    without_text = [number for number, text in enumerate(pages, 1) if not text.strip()]
-    return PdfText(pages, without_text, "pypdf")
+    return PdfText(pages, [text_layer_verdict(text) for text in pages], "pypdf")
 
 
 def storable_text(text: str) -> str:

@@ -13,9 +13,9 @@ from anyio import to_thread
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.db.models import Document, DocumentBlob
+from app.db.models import Document, DocumentBlob, DocumentPageRow
 from app.documents.kinds import kind_named
-from app.documents.pages import PdfPages, PdfUnavailable
+from app.documents.pages import PageLayout, PdfPages, PdfUnavailable
 from app.documents.service import get_document
 from app.errors import ErrorCode, InvalidRequest, NotFound
 
@@ -30,6 +30,26 @@ async def _blob(session: AsyncSession, document_id: str) -> bytes | None:
         select(DocumentBlob.data).where(DocumentBlob.document_id == document_id)
     )
     return data
+
+
+async def page_layout(session: AsyncSession, document_id: str) -> list[PageLayout] | None:
+    """Each page's layout as the document recorded it; None for a PDF stored before pages
+    were recorded (its text is its text layers', as PDFium reads them)."""
+    rows = (
+        await session.execute(
+            select(
+                DocumentPageRow.start_char,
+                DocumentPageRow.char_count,
+                DocumentPageRow.text_source,
+                DocumentPageRow.words,
+            )
+            .where(DocumentPageRow.document_id == document_id)
+            .order_by(DocumentPageRow.page_number)
+        )
+    ).all()
+    if not rows:
+        return None
+    return [PageLayout(row[0], row[1], row[2], row[3]) for row in rows]
 
 
 async def page_image(
@@ -123,6 +143,7 @@ async def _document_boxes(
         (span["start_char"], span["end_char"], span["start_page"], span["end_page"])
         for span in spans
     ]
+    layout = await page_layout(session, document_id)
     for attempt in range(2):
         data = None
         if attempt or not pages.is_open(document_id):
@@ -130,7 +151,7 @@ async def _document_boxes(
             if data is None:
                 return [[] for _ in spans]  # deleted
         try:
-            found = await to_thread.run_sync(pages.boxes, document_id, data, ranges)
+            found = await to_thread.run_sync(pages.boxes, document_id, data, ranges, layout)
         except KeyError:  # closed meanwhile, to make room for another
             continue
         except PdfUnavailable:

@@ -97,8 +97,22 @@ class DocumentUpload(BaseModel):
     context: Context | SkipJsonSchema[None] = None
 
 
+class Progress(BaseModel):
+    """How far the reading of a document's pages has come."""
+
+    pages_done: int = Field(description="Pages read by OCR so far.")
+    pages_total: int = Field(description="The document's pages.")
+
+
+class DocumentError(BaseModel):
+    """Why a document could not be read."""
+
+    code: str = Field(examples=["ocr_failed"])
+    detail: str
+
+
 class DocumentOut(BaseModel):
-    """A stored document. Immutable once created."""
+    """A stored document. Immutable once created (and its pages read)."""
 
     model_config = ConfigDict(
         json_schema_extra={
@@ -119,6 +133,9 @@ class DocumentOut(BaseModel):
                     "citable": True,
                     "warnings": [],
                     "created_at": "2025-01-01T12:00:00Z",
+                    "status": "ready",
+                    "progress": None,
+                    "error": None,
                 }
             ]
         }
@@ -142,6 +159,16 @@ class DocumentOut(BaseModel):
     citable: bool
     warnings: list[str]
     created_at: datetime
+    status: Literal["ready", "processing", "failed"] = Field(
+        default="ready",
+        description="`processing` while pages are read by OCR in the background (the document "
+        "cannot be asked about yet: 409 `document_processing`); `failed` when they could not "
+        "be (see `error`).",
+    )
+    progress: Progress | None = Field(
+        default=None, description="While `processing`: pages read so far of the document's."
+    )
+    error: DocumentError | None = Field(default=None, description="Set when `failed`.")
 
 
 class ChunkOut(BaseModel):
@@ -162,6 +189,38 @@ class ChunkOut(BaseModel):
     )
 
 
+class PageOut(BaseModel):
+    """How one page of a PDF was read."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {
+                    "page_number": 3,
+                    "text_source": "ocr",
+                    "ocr_confidence": 0.93,
+                    "char_count": 2811,
+                    "warnings": ["text_layer_garbage"],
+                }
+            ]
+        }
+    )
+
+    page_number: int = Field(description="1-based.")
+    text_source: Literal["text_layer", "ocr", "none", "pending"] = Field(
+        description="Where the page's text came from: its PDF text layer, OCR, or nowhere (no "
+        "text layer and no OCR); `pending` while the page waits for OCR."
+    )
+    ocr_confidence: float | None = Field(
+        description="Tesseract's mean word confidence (0 to 1) for an OCR'd page; else null."
+    )
+    char_count: int = Field(description="Characters of the page's stored text.")
+    warnings: list[str] = Field(
+        description="`text_layer_garbage`: the page's text layer was unreadable (control, "
+        "private-use or replacement characters, glyph soup) and was left out."
+    )
+
+
 _NEXT_CURSOR = "`cursor` for the next page; null on the last page."
 
 
@@ -169,6 +228,13 @@ class DocumentPage(BaseModel):
     """A page of documents, newest first."""
 
     data: list[DocumentOut]
+    next_cursor: str | None = Field(description=_NEXT_CURSOR)
+
+
+class PagePage(BaseModel):
+    """A page of a document's pages, in order."""
+
+    data: list[PageOut]
     next_cursor: str | None = Field(description=_NEXT_CURSOR)
 
 

@@ -20,7 +20,14 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.db.blobs import insert_blob
-from app.db.models import CollectionDocument, Document, DocumentBlob, DocumentChunk
+from app.db.models import (
+    CollectionDocument,
+    Document,
+    DocumentBlob,
+    DocumentChunk,
+    DocumentPageRow,
+    OcrJob,
+)
 from app.db.tenancy import get_owned, list_newest
 from app.db.unavailable import driver_calls
 from app.documents.kinds import (
@@ -33,6 +40,7 @@ from app.documents.kinds import (
     kind_for_filename,
     kind_for_media_type,
 )
+from app.documents.reading import OcrOptions, check_page_limit, pages_to_read
 from app.documents.schemas import Base64PdfSource, DocumentSource, TextSource
 from app.documents.sources import SourceCache
 from app.errors import ErrorCode, InvalidDocument, PayloadTooLarge
@@ -59,6 +67,11 @@ class DocumentFields:
 class StoredDocument:
     document: Document
     created: bool  # False when identical bytes were already stored: the existing document
+
+    @property
+    def processing(self) -> bool:
+        """Whether its pages are still being read (OCR, in the background)."""
+        return self.document.status == "processing"
 
 
 def sha256_hex(data: bytes) -> str:
@@ -110,9 +123,11 @@ async def store_upload(
     max_bytes: int,
     declared_media_type: str | None = None,
     limits: ParseOptions | None = None,
+    ocr: OcrOptions | None = None,
 ) -> StoredDocument:
     """Store uploaded bytes; the kind is read from the bytes, the declared type and the
-    filename only hints (and the declared ``charset=`` that of text without a BOM)."""
+    filename only hints (and the declared ``charset=`` that of text without a BOM). PDF pages
+    are read by OCR as ``ocr`` says (none when it is None)."""
     declared = _hinted_kind(declared_media_type, fields.filename)
     limits = limits or ParseOptions()
     options = ParseOptions(
@@ -121,7 +136,14 @@ async def store_upload(
         max_unpacked_bytes=limits.max_unpacked_bytes,
     )
     return await store_bytes(
-        session, tenant_id, data, fields, max_bytes=max_bytes, declared=declared, options=options
+        session,
+        tenant_id,
+        data,
+        fields,
+        max_bytes=max_bytes,
+        declared=declared,
+        options=options,
+        ocr=ocr,
     )
 
 
@@ -132,6 +154,7 @@ async def store_source(
     fields: DocumentFields,
     *,
     max_bytes: int,
+    ocr: OcrOptions | None = None,
 ) -> StoredDocument:
     """Store a document given as a Messages API document source (text, base64 PDF, content)."""
     if isinstance(source, TextSource):
@@ -141,7 +164,7 @@ async def store_source(
         data = _decode_base64(source.data)
         declared = kind_for_media_type(source.media_type)
         return await store_bytes(
-            session, tenant_id, data, fields, max_bytes=max_bytes, declared=declared
+            session, tenant_id, data, fields, max_bytes=max_bytes, declared=declared, ocr=ocr
         )
     blocks = [block.text for block in source.content]
     if any("\x00" in block for block in blocks):
@@ -177,10 +200,13 @@ async def store_bytes(
     kind: DocumentKind | None = None,
     declared: DocumentKind | None = None,
     options: ParseOptions | None = None,
+    ocr: OcrOptions | None = None,
 ) -> StoredDocument:
     """Store a document: of ``kind`` when the caller's source says so, else of the kind its
     bytes are (``declared`` being a hint). Identical bytes of the same kind give the document
-    stored before."""
+    stored before. A PDF with pages to read by OCR (``ocr``) is stored ``processing`` with a
+    job that reads them in the background; more of them than ``ocr.max_pages`` is refused
+    first, with nothing stored."""
     if len(data) > max_bytes:
         raise PayloadTooLarge(f"The document exceeds the limit of {max_bytes} bytes.")
     digest, identified = await to_thread.run_sync(_digest_and_identify, data, kind, declared)
@@ -191,6 +217,8 @@ async def store_bytes(
     await session.commit()
     started = time.perf_counter()
     parsed = await parse_off_loop(data, kind, options)
+    needed = pages_to_read(parsed, ocr.mode) if ocr is not None else []
+    check_page_limit(len(needed), ocr.max_pages if ocr is not None else 0)
     log.info(
         "parsed %s document: %d bytes, %d chunks in %.3fs",
         kind.name,
@@ -198,7 +226,60 @@ async def store_bytes(
         len(parsed.chunks),
         time.perf_counter() - started,
     )
+    if needed and ocr is not None:
+        return await _store_for_ocr(
+            session, tenant_id, kind, parsed, data, digest, fields, needed, ocr
+        )
     return await _store(session, tenant_id, kind, parsed, data, digest, fields, started)
+
+
+async def _store_for_ocr(
+    session: AsyncSession,
+    tenant_id: str,
+    kind: DocumentKind,
+    parsed: ParsedDocument,
+    data: bytes,
+    digest: str,
+    fields: DocumentFields,
+    needed: list[int],
+    ocr: OcrOptions,
+) -> StoredDocument:
+    """Blob, a ``processing`` document row (no chunks yet), its pages (those to read
+    ``pending``) and its OCR job, in one transaction; this process's reader is woken to take
+    the job, which another replica takes if this one has no room."""
+    document = _document_row(tenant_id, kind, parsed, data, digest, fields)
+    document.status, document.pages_done = "processing", 0
+    document.char_count = document.chunk_count = 0
+    document.citable = False
+    session.add(document)
+    pending = set(needed)
+    rows = [
+        row | {"text_source": "pending", "char_count": 0, "text": None, "words": None}
+        if row["page_number"] in pending
+        else row
+        for row in page_rows(document.id, tenant_id, parsed)
+    ]
+    try:
+        await session.flush()
+        await insert_blob(session, document.id, tenant_id, data)
+        await session.execute(insert(DocumentPageRow), rows)
+        session.add(
+            OcrJob(
+                document_id=document.id,
+                tenant_id=tenant_id,
+                created_at=time.time(),
+                languages=ocr.languages,
+                attempts=0,
+            )
+        )
+        await session.commit()
+    except IntegrityError:
+        await session.rollback()
+        if existing := await _find_same(session, tenant_id, kind.name, digest):
+            return StoredDocument(existing, created=False)
+        raise
+    ocr.jobs.wake()
+    return StoredDocument(document, created=True)
 
 
 def _digest_and_identify(
@@ -216,18 +297,15 @@ async def _find_same(
     return (await session.execute(query)).scalar_one_or_none()
 
 
-async def _store(
-    session: AsyncSession,
+def _document_row(
     tenant_id: str,
     kind: DocumentKind,
     parsed: ParsedDocument,
     data: bytes,
     digest: str,
     fields: DocumentFields,
-    started: float,
-) -> StoredDocument:
-    """Blob, document row and chunk rows in one transaction: all of them or nothing."""
-    document = Document(
+) -> Document:
+    return Document(
         id=new_id("doc"),
         tenant_id=tenant_id,
         kind=kind.name,
@@ -243,12 +321,28 @@ async def _store(
         chunk_count=len(parsed.chunks),
         citable=parsed.citable,
         warnings=parsed.warnings,
+        status="ready",
     )
+
+
+async def _store(
+    session: AsyncSession,
+    tenant_id: str,
+    kind: DocumentKind,
+    parsed: ParsedDocument,
+    data: bytes,
+    digest: str,
+    fields: DocumentFields,
+    started: float,
+) -> StoredDocument:
+    """Blob, document row and chunk rows in one transaction: all of them or nothing."""
+    document = _document_row(tenant_id, kind, parsed, data, digest, fields)
     session.add(document)
     try:
         await session.flush()
         await insert_blob(session, document.id, tenant_id, data)
-        await _insert_chunks(session, document.id, tenant_id, parsed)
+        await insert_chunks(session, document.id, tenant_id, parsed)
+        await insert_pages(session, document.id, tenant_id, parsed)
         await index_document(session, document.id)
         await session.commit()
     except IntegrityError:
@@ -308,7 +402,7 @@ def _chunk_rows(
     return rows
 
 
-async def _insert_chunks(
+async def insert_chunks(
     session: AsyncSession, document_id: str, tenant_id: str, parsed: ParsedDocument
 ) -> None:
     """The index rows, in the session's transaction, a batch at a time, each batch made on a
@@ -349,6 +443,51 @@ async def _insert_chunks(
     finally:
         if upcoming is not None:
             upcoming.cancel()
+
+
+def page_rows(document_id: str, tenant_id: str, parsed: ParsedDocument) -> list[dict[str, Any]]:
+    """The ``document_pages`` rows of a parsed paged document (none for other kinds)."""
+    return [
+        {
+            "document_id": document_id,
+            "page_number": page.number,
+            "tenant_id": tenant_id,
+            "start_char": page.start_char,
+            "char_count": page.char_count,
+            "text_source": page.text_source,
+            "ocr_confidence": page.ocr_confidence,
+            "warnings": list(page.warnings),
+            "text": (
+                parsed.text[page.start_char : page.start_char + page.char_count]
+                if page.text_source == "ocr"
+                else None
+            ),
+            "words": [list(word) for word in page.words] if page.words is not None else None,
+        }
+        for page in parsed.pages or ()
+    ]
+
+
+async def insert_pages(
+    session: AsyncSession, document_id: str, tenant_id: str, parsed: ParsedDocument
+) -> None:
+    """How each page was read, in the session's transaction."""
+    rows = page_rows(document_id, tenant_id, parsed)
+    if rows:
+        await session.execute(insert(DocumentPageRow), rows)
+
+
+async def list_pages(
+    session: AsyncSession, tenant_id: str, document_id: str, limit: int, cursor: str | None
+) -> Page[DocumentPageRow]:
+    """How each page of a PDF was read, in page order (none for other kinds)."""
+    document = await get_document(session, tenant_id, document_id)
+    query = select(DocumentPageRow).where(DocumentPageRow.document_id == document.id)
+    if cursor is not None:
+        query = query.where(DocumentPageRow.page_number > decode_index_cursor(cursor))
+    query = query.order_by(DocumentPageRow.page_number).limit(limit + 1)
+    rows = (await session.scalars(query)).all()
+    return paginate(rows, limit, key=lambda page: page.page_number)
 
 
 async def get_document(session: AsyncSession, tenant_id: str, document_id: str) -> Document:
@@ -392,7 +531,7 @@ async def delete_document(
 ) -> None:
     """Delete the document with its bytes and its index; no question is answered from it again."""
     document = await get_document(session, tenant_id, document_id)
-    for table in (CollectionDocument, DocumentChunk, DocumentBlob):
+    for table in (CollectionDocument, DocumentChunk, DocumentPageRow, OcrJob, DocumentBlob):
         await session.execute(delete(table).where(table.document_id == document.id))
     await session.delete(document)
     await session.commit()

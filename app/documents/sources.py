@@ -18,7 +18,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from app.db.models import Document, DocumentBlob, DocumentChunk
 from app.documents.index import DocumentIndex, IndexedChunk
 from app.documents.kinds import DocumentKind, StoredParts, kind_named
-from app.errors import ErrorCode, InvalidRequest, NotFound
+from app.errors import Conflict, ErrorCode, InvalidRequest, NotFound
 from app.settings import Settings
 from app.upstream.wire import MAX_DOCUMENTS_PER_REQUEST, MAX_REQUEST_BYTES
 
@@ -136,6 +136,14 @@ def cost_of(
     return RequestCost(1, kind.request_bytes(size_bytes, char_count), tokens)
 
 
+def _sent_size(document: Described) -> tuple[int | None, int]:
+    """The pages and bytes a document is sent with: a PDF with OCR'd pages goes as its text
+    (content blocks), not as its pictures, and in no page windows."""
+    if "pdf_pages_read_by_ocr" in document.warnings:
+        return None, 4 * document.char_count
+    return document.page_count, document.size_bytes
+
+
 class SourceCache:
     """Least recently used source documents, bounded by the characters they hold, each with
     the time the database last said it exists.
@@ -214,6 +222,7 @@ _DOCUMENTS = select(
     _documents.citable,
     _documents.warnings,
     _documents.filename,
+    _documents.status,
 ).where(
     _documents.tenant_id == bindparam("tenant_id"),
     _documents.id.in_(bindparam("ids", expanding=True)),
@@ -244,10 +253,7 @@ async def load_sources(
     documents = await describe(session, tenant_id, document_ids, from_collection=from_collection)
     limits.check(
         sum(
-            (
-                cost_of(kind_named(d.kind), d.char_count, d.page_count, d.size_bytes, limits)
-                for d in documents
-            ),
+            (cost_of(kind_named(d.kind), d.char_count, *_sent_size(d), limits) for d in documents),
             RequestCost(),
         )
     )
@@ -283,6 +289,14 @@ async def describe(
                 f"No document with id {document_id!r}.", code=ErrorCode.DOCUMENT_NOT_FOUND
             )
         document = found[document_id]
+        if document.status == "processing":
+            if from_collection:
+                continue  # not citable yet
+            raise Conflict(
+                f"Document {document_id!r} is still being read by OCR; ask again later.",
+                code=ErrorCode.DOCUMENT_PROCESSING,
+                headers={"Retry-After": str(PROCESSING_RETRY_AFTER)},
+            )
         if not document.citable:
             if from_collection:
                 continue
@@ -292,6 +306,10 @@ async def describe(
             )
         documents.append(document)
     return documents
+
+
+# Seconds a caller is told to wait before asking about a document being read by OCR again.
+PROCESSING_RETRY_AFTER = 10
 
 
 def _check_unique(document_ids: Sequence[str]) -> None:
@@ -359,9 +377,14 @@ async def _build(
             )
         texts = [text for text, _ in chunks[document.id]]
         text = "".join(texts)
-        parts = StoredParts(text, texts, originals.pop(document.id, None))
-        windows = kind.page_windows(
-            document.page_count, document.size_bytes, limits.pdf_pages, limits.bytes
+        read_by_ocr = "pdf_pages_read_by_ocr" in document.warnings
+        parts = StoredParts(text, texts, originals.pop(document.id, None), read_by_ocr)
+        windows = (
+            None
+            if read_by_ocr
+            else kind.page_windows(
+                document.page_count, document.size_bytes, limits.pdf_pages, limits.bytes
+            )
         )
         if parts.data is None:
             sent = kind.sent_parts(parts, windows)

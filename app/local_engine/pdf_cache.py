@@ -47,7 +47,7 @@ class ParsedPdfCache:
             if cached is not None:
                 return cached
         try:
-            text = extract_pdf_text(data)
+            text = extract_pdf_text(data, as_pdfium_gives=True)
         except PdfError as exc:
             message = (
                 "The PDF specified is password protected."

@@ -126,7 +126,12 @@ def test_image_is_multi_stage_slim_non_root_and_lean() -> None:
                 assert "-c requirements.lock" in command, command
     runtime_copies = [args for kind, args in runtime if kind == "COPY"]
     assert runtime_copies == ["--from=build /opt/venv /opt/venv"]
-    assert not any(kind == "RUN" and "apt-get" in args for kind, args in build + runtime)
+    # Debian packages only at run time, and only Tesseract's (OCR), without recommends.
+    assert not any(kind == "RUN" and "apt-get" in args for kind, args in build)
+    for args in [args for kind, args in runtime if kind == "RUN" and "apt-get" in args]:
+        assert "--no-install-recommends" in args and "rm -rf /var/lib/apt/lists" in args
+        installed = args.split("--no-install-recommends", 1)[1].split("&&", 1)[0].split()
+        assert installed and all(name.startswith("tesseract-ocr") for name in installed)
     users = [args for kind, args in runtime if kind == "USER"]
     assert users and users[-1].split(":")[0] not in ("root", "0")
     env = " ".join(args for kind, args in runtime if kind == "ENV")

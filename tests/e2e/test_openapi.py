@@ -35,6 +35,7 @@ CONTRACT = {
     ("get", "/v1/documents/{document_id}"): "getDocument",
     ("get", "/v1/documents/{document_id}/content"): "getDocumentContent",
     ("get", "/v1/documents/{document_id}/chunks"): "listDocumentChunks",
+    ("get", "/v1/documents/{document_id}/pages"): "listDocumentPages",
     ("delete", "/v1/documents/{document_id}"): "deleteDocument",
     ("post", "/v1/answers"): "createAnswer",
     ("get", "/v1/answers/{answer_id}"): "getAnswer",

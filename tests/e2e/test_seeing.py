@@ -16,6 +16,7 @@ from sqlalchemy.pool import NullPool
 
 from app.db.engine import create_engine
 from app.db.models import Answer, AnswerShareLink, utcnow
+from app.documents.pdf import without_hyphenation
 from tests.e2e.test_documents import assert_problem
 from tests.fixture_files import CORPUS
 
@@ -73,11 +74,14 @@ def _pdfium_centres(citation: dict[str, Any]) -> list[tuple[int, float, float]]:
     with pdfium.PdfDocument(MULTICOLUMN.read_bytes()) as document:  # and its pages
         for number, page in enumerate(document, start=1):
             textpage = page.get_textpage()
-            count = len(textpage.get_text_range())
+            # The stored text leaves PDFium's hyphenation marks out.
+            stored, kept = without_hyphenation(textpage.get_text_range())
+            count = len(stored)
             width, height = page.get_size()
             ours = range(max(span["start_char"], offset), min(span["end_char"], offset + count))
             for index in ours:
-                left, bottom, right, top = textpage.get_charbox(index - offset)
+                held = kept[index - offset] if kept else index - offset
+                left, bottom, right, top = textpage.get_charbox(held)
                 if right > left:
                     centres.append(
                         (number, (left + right) / 2 / width, 1 - (bottom + top) / 2 / height)

@@ -13,6 +13,7 @@ import pytest
 
 from app.documents.kinds.pdf import PdfKind
 from app.documents.pages import Box, PdfPages, merge_lines
+from app.documents.pdf import without_hyphenation
 from tests.fixture_files import CORPUS
 
 
@@ -77,7 +78,9 @@ def test_every_cited_character_is_inside_a_box(
     with pdfium.PdfDocument(data) as document:
         pdf_page = document[page - 1]
         textpage = pdf_page.get_textpage()
-        page_text = textpage.get_text_range()
+        raw = textpage.get_text_range()
+        page_text, kept = without_hyphenation(raw)
+        held = kept or list(range(len(raw)))
         page_start = text.index(page_text)
         lo = page_text.index(words) if words else 0
         hi = min(len(page_text), lo + 300)
@@ -85,13 +88,13 @@ def test_every_cited_character_is_inside_a_box(
         assert boxes and all(box.page == page for box in boxes)
         width, height = pdf_page.get_size()
         # One box per line of the span: PDFium's text ends a line with \r\n, or with its
-        # hyphenation mark.
-        cited = page_text[lo:hi].strip()
+        # hyphenation mark (which the stored text leaves out).
+        cited = raw[held[lo] : held[hi - 1] + 1].strip()
         assert len(boxes) == cited.count("\r\n") + cited.count("\ufffe") + 1 > 1
         for index in range(lo, hi):
             if page_text[index].isspace():
                 continue
-            left, bottom, right, top = textpage.get_charbox(index)
+            left, bottom, right, top = textpage.get_charbox(held[index])
             x, y = (left + right) / 2 / width, 1 - (bottom + top) / 2 / height
             assert _inside(x, y, boxes), (index, page_text[index])
 
@@ -130,6 +133,7 @@ def test_a_rotated_page_gets_its_boxes_turned_with_it(pages: PdfPages, rotation:
     start = text.index("Donec vehicula")
     [boxes] = pages.boxes("turned", data, [(start, start + 40, 1, 1)])
     assert len(boxes) >= text[start : start + 40].count("\r\n") + 1
+    held = without_hyphenation(pdfium.PdfDocument(data)[0].get_textpage().get_text_range())[1]
 
     def turn(x: float, y: float) -> tuple[float, float]:  # clockwise, as /Rotate turns
         for _ in range(rotation // 90):
@@ -144,7 +148,7 @@ def test_a_rotated_page_gets_its_boxes_turned_with_it(pages: PdfPages, rotation:
         for index in range(start, start + 40):
             if text[index].isspace():
                 continue
-            left, bottom, right, top = textpage.get_charbox(index)
+            left, bottom, right, top = textpage.get_charbox(held[index] if held else index)
             x, y = turn((left + right) / 2 / width, 1 - (bottom + top) / 2 / height)
             assert _inside(x, y, boxes), (index, text[index])
 

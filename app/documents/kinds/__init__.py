@@ -34,7 +34,17 @@ from app.errors import ErrorCode, InvalidDocument, UnsupportedMediaType
 # and these libraries are a large share of a fresh worker's memory. numpy comes with
 # blingfire's package, which chunking never imports (it loads the library itself). Checked by
 # tests/unit/test_lazy_imports.py.
-LAZY_LIBRARIES = ("docx", "pptx", "openpyxl", "lxml", "selectolax", "pypdf", "PIL", "numpy")
+LAZY_LIBRARIES = (
+    "docx",
+    "pptx",
+    "openpyxl",
+    "lxml",
+    "selectolax",
+    "pypdf",
+    "PIL",
+    "numpy",
+    "pytesseract",
+)
 
 TEXT = TextKind()
 PDF = PdfKind()

@@ -46,6 +46,23 @@ class ParseOptions:
 DEFAULT_PARSE_OPTIONS = ParseOptions()
 
 
+@dataclass(frozen=True, slots=True)
+class PageFacts:
+    """How one page of a paged document was read: where its text starts in the document text,
+    how long it is, where it came from (``text_layer``, ``ocr``, or ``none``) and what to know
+    about it (``text_layer_garbage``: the text layer was unreadable and left out)."""
+
+    number: int
+    start_char: int
+    char_count: int
+    text_source: str
+    warnings: tuple[str, ...] = ()
+    ocr_confidence: float | None = None
+    words: tuple[tuple[int, int, float, float, float, float], ...] | None = None
+    """OCR'd words: (start, end) in the page's text and their box (x0, y0, x1, y1) in
+    fractions of the displayed page, origin top left."""
+
+
 @dataclass(slots=True)
 class ParsedDocument:
     """A document's text (what the upstream sees and cites) and its index."""
@@ -58,6 +75,8 @@ class ParsedDocument:
     media_type: str | None = None
     """The media type of the original bytes when it is not the kind's own (a macro-enabled
     workbook, text in UTF-16)."""
+    pages: list[PageFacts] | None = None
+    """How each page was read, for paged kinds (PDF)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,6 +86,7 @@ class StoredParts:
     text: str
     chunk_texts: Sequence[str]
     data: bytes | None = None  # the original bytes, loaded only for kinds that send them
+    read_by_ocr: bool = False  # some pages' text came from OCR (a PDF's)
 
 
 PageWindow = tuple[int, int]
@@ -93,6 +113,9 @@ class DocumentKind(ABC):
     """The OpenAPI schema of those bytes."""
     citation_type: ClassVar[str]
     """The citation the upstream gives for this kind's documents."""
+    also_cited_by: ClassVar[frozenset[str]] = frozenset()
+    """Other citations it may get, when some of its documents are sent another way (a PDF
+    with OCR'd pages, sent as content blocks)."""
     signature: ClassVar[bytes | None] = None
     """Bytes that mark this kind near the start of a file; None for kinds never sniffed."""
     signature_within: ClassVar[int] = 0

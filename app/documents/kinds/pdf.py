@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import base64
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from app.documents.chunking import split_sentences
@@ -15,6 +16,7 @@ from app.documents.kinds.base import (
     DEFAULT_PARSE_OPTIONS,
     ChunkSpan,
     DocumentKind,
+    PageFacts,
     PageWindow,
     ParsedDocument,
     ParseOptions,
@@ -22,6 +24,7 @@ from app.documents.kinds.base import (
     StoredParts,
 )
 from app.documents.pdf import PdfError, extract_pdf_text, split_pdf
+from app.documents.text_layer import Verdict
 from app.errors import ErrorCode, InvalidDocument
 
 
@@ -30,6 +33,9 @@ class PdfKind(DocumentKind):
     media_type = "application/pdf"
     content_schema: ClassVar[dict[str, Any]] = {"type": "string", "format": "binary"}
     citation_type = "page_location"
+    # A PDF with pages read by OCR is sent as content blocks (its chunks): the upstream cannot
+    # cite a page it only sees as a picture, so its text goes as text it can cite.
+    also_cited_by: ClassVar[frozenset[str]] = frozenset({"content_block_location"})
     # PDF readers accept the header anywhere in the first 1024 bytes.
     signature = b"%PDF-"
     signature_within = 1024
@@ -48,29 +54,23 @@ class PdfKind(DocumentKind):
         return char_count // 4 + (page_count or 0) * self.IMAGE_TOKENS_PER_PAGE
 
     def parse(self, data: bytes, options: ParseOptions = DEFAULT_PARSE_OPTIONS) -> ParsedDocument:
+        """The pages' text layers; a page whose layer is garbage is left without text."""
         try:
             extracted = extract_pdf_text(data)
         except PdfError as exc:
             raise InvalidDocument(exc.detail, code=exc.code) from exc
-        chunks: list[ChunkSpan] = []
-        offset = 0
-        for number, page_text in enumerate(extracted.pages, start=1):
-            # Chunks never span two pages: each page is split on its own.
-            chunks.extend(
-                ChunkSpan(offset + start, offset + end, page_number=number)
-                for start, end in split_sentences(page_text)
-            )
-            offset += len(page_text)
-        page_count = len(extracted.pages)
-        warnings = []
-        citable = len(extracted.pages_without_text) < page_count
-        if not citable:
-            warnings.append("pdf_has_no_text_layer")
-        elif extracted.pages_without_text:
-            warnings.append("pdf_pages_without_text")
+        pages = []
+        for text, verdict in zip(extracted.pages, extracted.verdicts, strict=True):
+            if verdict.verdict is Verdict.TEXT:
+                pages.append(PageRead(text, "text_layer"))
+            elif verdict.verdict is Verdict.GARBAGE:
+                pages.append(PageRead("", "none", ("text_layer_garbage",)))
+            else:
+                pages.append(PageRead("", "none"))
+        parsed = document_from_pages(pages)
         if extracted.parser != "pdfium":
-            warnings.append("pdf_text_from_fallback_parser")
-        return ParsedDocument("".join(extracted.pages), chunks, page_count, citable, warnings)
+            parsed.warnings.append("pdf_text_from_fallback_parser")
+        return parsed
 
     def upstream_source(self, parts: StoredParts) -> dict[str, Any]:
         assert parts.data is not None, "a PDF is sent as its original bytes"
@@ -91,6 +91,9 @@ class PdfKind(DocumentKind):
     def sent_parts(
         self, parts: StoredParts, windows: Sequence[PageWindow] | None
     ) -> list[SentPart]:
+        if parts.read_by_ocr:
+            blocks = [{"type": "text", "text": text} for text in parts.chunk_texts]
+            return [SentPart({"type": "content", "content": blocks}, None, len(parts.text) * 4)]
         if windows is None:
             return [SentPart(self.upstream_source(parts))]
         assert parts.data is not None, "windows are made from the original bytes"
@@ -109,6 +112,14 @@ class PdfKind(DocumentKind):
         return {**citation, "start_page_number": first + offset, "end_page_number": end + offset}
 
     def locate(self, citation: dict[str, Any], index: DocumentIndex) -> tuple[int, int] | None:
+        if citation.get("type") == "content_block_location":  # sent as its chunks
+            first_block, end_block = (
+                citation.get("start_block_index"),
+                citation.get("end_block_index"),
+            )
+            if not isinstance(first_block, int) or not isinstance(end_block, int):
+                return None
+            return index.block_range(first_block, end_block)
         first, end = citation.get("start_page_number"), citation.get("end_page_number")
         if not isinstance(first, int) or not isinstance(end, int):
             return None
@@ -116,6 +127,66 @@ class PdfKind(DocumentKind):
         if pages is None:
             return None
         return locate(index.text, str(citation.get("cited_text") or ""), pages, pages[0])
+
+
+# The document warnings ``document_from_pages`` makes from its pages.
+PAGE_WARNINGS = frozenset(
+    (
+        "pdf_has_no_text_layer",
+        "pdf_pages_without_text",
+        "pdf_text_layer_garbage",
+        "pdf_pages_read_by_ocr",
+    )
+)
+
+
+@dataclass(frozen=True, slots=True)
+class PageRead:
+    """A page's text as it was read, and how (see ``PageFacts``)."""
+
+    text: str
+    text_source: str
+    warnings: tuple[str, ...] = ()
+    ocr_confidence: float | None = None
+    words: tuple[tuple[int, int, float, float, float, float], ...] | None = None
+
+
+def document_from_pages(pages: Sequence[PageRead]) -> ParsedDocument:
+    """The document of these pages: their texts joined, each cut into sentence chunks (a chunk
+    never spans two pages), the facts of each page, and the warnings the whole deserves."""
+    chunks: list[ChunkSpan] = []
+    facts: list[PageFacts] = []
+    offset = 0
+    for number, page in enumerate(pages, start=1):
+        chunks.extend(
+            ChunkSpan(offset + start, offset + end, page_number=number)
+            for start, end in split_sentences(page.text)
+        )
+        facts.append(
+            PageFacts(
+                number,
+                offset,
+                len(page.text),
+                page.text_source,
+                page.warnings,
+                page.ocr_confidence,
+                page.words,
+            )
+        )
+        offset += len(page.text)
+    without_text = sum(1 for page in pages if page.text_source == "none")
+    citable = without_text < len(pages)
+    warnings = []
+    if not citable:
+        warnings.append("pdf_has_no_text_layer")
+    elif without_text:
+        warnings.append("pdf_pages_without_text")
+    if any("text_layer_garbage" in page.warnings for page in pages):
+        warnings.append("pdf_text_layer_garbage")
+    if any(page.text_source == "ocr" for page in pages):
+        warnings.append("pdf_pages_read_by_ocr")
+    text = "".join(page.text for page in pages)
+    return ParsedDocument(text, chunks, len(pages), citable, warnings, pages=facts)
 
 
 def _base64_source(data: bytes) -> dict[str, Any]:

@@ -23,7 +23,7 @@ def test_plain_text_chunks_are_sentences_with_their_trailing_space() -> None:
 
 
 def test_pdf_chunks_tile_each_page_of_the_upstream_page_text() -> None:
-    pdfium_pages = extract_pdf_text(AMAZON_PDF.read_bytes()).pages
+    pdfium_pages = extract_pdf_text(AMAZON_PDF.read_bytes(), as_pdfium_gives=True).pages
     pdf = chunk_pdf_pages(pdfium_pages)
     assert len(pdf.pages) == 11
     for number, page in enumerate(pdf.pages, start=1):

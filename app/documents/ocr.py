@@ -1,0 +1,282 @@
+"""Reading a PDF page by OCR: PDFium renders it, Tesseract (through pytesseract) reads it.
+
+Each page is one task for a pool of worker processes (``OcrPool``), never the event loop's
+process: Tesseract takes seconds a page, and PDFium does one call at a time in a process. A
+worker opens the PDF from a file the caller wrote (not bytes sent with every task), renders the
+page as displayed, asks Tesseract's orientation and script detection (OSD) how the page is
+turned and which script it is in, turns it upright, and reads it with the configured languages
+of that script. Its words keep their boxes, mapped back to fractions of the page as displayed
+(the same fractions as PDFium's character boxes), and their confidences.
+
+This module imports nothing of the service, so a worker process starts light.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import multiprocessing
+import os
+import re
+from collections import OrderedDict
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import pypdfium2 as pdfium
+
+if TYPE_CHECKING:
+    from PIL import Image
+
+# pytesseract (and Pillow, which it imports) are imported where a page is read, in the workers:
+# the service's own process never needs them (see LAZY_LIBRARIES).
+
+log = logging.getLogger(__name__)
+
+DPI = 300
+# OSD needs far fewer pixels than reading does: a half-size picture is read faster, as well.
+_OSD_REDUCE = 2
+# Tesseract's language codes by the script its OSD names: a page is read with the configured
+# languages of its script (all configured ones when none is, or the script is unknown).
+_SCRIPT_LANGUAGES = {
+    "Latin": set(
+        "eng deu fra spa ita por nld pol ces slk swe dan nor fin hun ron tur cat hrv slv lit "
+        "lav est vie ind msa lat gle".split()
+    ),
+    "Cyrillic": {"rus", "ukr", "bel", "bul", "srp", "mkd", "kaz"},
+    "Arabic": {"ara", "fas", "urd", "pus"},
+    "Han": {"chi_sim", "chi_tra", "jpn", "kor"},
+    "Japanese": {"jpn"},
+    "Katakana": {"jpn"},
+    "Hiragana": {"jpn"},
+    "Hangul": {"kor"},
+    "Greek": {"ell", "grc"},
+    "Hebrew": {"heb"},
+    "Devanagari": {"hin", "mar", "nep", "san"},
+    "Thai": {"tha"},
+}
+_LANGUAGE_CODE = re.compile(r"^[a-z]{3}(_[a-z]{3,4})?$")
+
+
+class OcrError(Exception):
+    """A page could not be read: Tesseract is missing, or failed on it."""
+
+
+@dataclass(frozen=True, slots=True)
+class OcrPage:
+    """A page read by OCR: its text (words joined by spaces, lines by ``\\n``, paragraphs by a
+    blank line), each word's place in that text and its box (fractions of the page as
+    displayed, origin top left), Tesseract's mean word confidence (0 to 1), how far the page
+    was turned (degrees clockwise that made it upright) and the languages it was read with."""
+
+    number: int
+    text: str
+    words: tuple[tuple[int, int, float, float, float, float], ...]
+    confidence: float | None
+    rotation: int
+    languages: str
+
+
+def parse_languages(value: str) -> list[str]:
+    """Tesseract's ``eng+deu+fra`` as a list; ValueError on anything else."""
+    languages = [code.strip() for code in value.split("+")]
+    if not languages or not all(_LANGUAGE_CODE.match(code) for code in languages):
+        raise ValueError(f"not Tesseract languages joined by '+': {value!r}")
+    return languages
+
+
+def languages_for(script: str | None, configured: list[str]) -> list[str]:
+    """The configured languages of ``script``, or all configured ones."""
+    of_script = _SCRIPT_LANGUAGES.get(script or "", set())
+    chosen = [code for code in configured if code in of_script]
+    return chosen or configured
+
+
+# A worker keeps the last few PDFs it opened: the pages of one document come one after the
+# other, and opening a long PDF costs more than rendering one of its pages.
+_OPEN: OrderedDict[str, pdfium.PdfDocument] = OrderedDict()
+_MAX_OPEN = 2
+
+
+def _document(path: str) -> pdfium.PdfDocument:
+    document = _OPEN.pop(path, None)
+    if document is None:
+        document = pdfium.PdfDocument(path)
+        while len(_OPEN) >= _MAX_OPEN:
+            _OPEN.popitem(last=False)[1].close()
+    _OPEN[path] = document
+    return document
+
+
+def render(path: str, number: int, dpi: int = DPI) -> Image.Image:
+    """Page ``number`` (1-based) of the PDF at ``path`` as displayed, greyscale, at ``dpi``."""
+    page = _document(path)[number - 1]
+    try:
+        bitmap = page.render(scale=dpi / 72, grayscale=True, may_draw_forms=False)
+        try:
+            picture: Image.Image = bitmap.to_pil().convert("L")
+        finally:
+            bitmap.close()
+    finally:
+        page.close()
+    return picture
+
+
+def read_page(path: str, number: int, languages: str, dpi: int = DPI) -> OcrPage:
+    """Read page ``number`` of the PDF at ``path`` (in a worker process)."""
+    picture = render(path, number, dpi)
+    return read_picture(picture, number, parse_languages(languages), dpi)
+
+
+def read_picture(
+    picture: Image.Image, number: int, configured: list[str], dpi: int = DPI
+) -> OcrPage:
+    """Read a page's picture (``dpi`` dots an inch): turned upright by OSD, then read in its
+    script's languages. Tesseract is told the resolution: a picture carries none, and
+    Tesseract's guess from the text's height reads small print worse."""
+    import pytesseract
+
+    rotation, script = _orientation(picture, dpi)
+    upright = picture.rotate(-rotation, expand=True) if rotation else picture
+    languages = "+".join(languages_for(script, configured))
+    try:
+        data = pytesseract.image_to_data(
+            upright,
+            lang=languages,
+            config=f"--psm 3 --dpi {dpi} -c tessedit_do_invert=0",
+            output_type=pytesseract.Output.DICT,
+        )
+    except pytesseract.TesseractNotFoundError as exc:
+        raise OcrError("Tesseract is not installed (apt-get install tesseract-ocr).") from exc
+    except pytesseract.TesseractError as exc:
+        raise OcrError(f"Tesseract failed on page {number}: {exc.message}") from exc
+    return _page(number, data, upright.size, rotation, languages)
+
+
+def _orientation(picture: Image.Image, dpi: int) -> tuple[int, str | None]:
+    """Degrees clockwise that turn the page upright, and its script; (0, None) when OSD finds
+    too little text to tell."""
+    import pytesseract
+
+    small = picture.reduce(_OSD_REDUCE)
+    try:
+        osd = pytesseract.image_to_osd(
+            small, config=f"--psm 0 --dpi {dpi // _OSD_REDUCE}", output_type=pytesseract.Output.DICT
+        )
+    except pytesseract.TesseractNotFoundError as exc:
+        raise OcrError("Tesseract is not installed (apt-get install tesseract-ocr).") from exc
+    except pytesseract.TesseractError:
+        return 0, None  # "Too few characters": nothing to turn
+    rotate = int(osd.get("rotate", 0)) % 360
+    return (rotate if rotate in (90, 180, 270) else 0), osd.get("script")
+
+
+def _page(
+    number: int,
+    data: dict[str, list[object]],
+    size: tuple[int, int],
+    rotation: int,
+    languages: str,
+) -> OcrPage:
+    width, height = size
+    parts: list[str] = []
+    length = 0
+    words: list[tuple[int, int, float, float, float, float]] = []
+    confidences: list[float] = []
+    last_line: tuple[object, ...] | None = None
+    last_paragraph: tuple[object, ...] | None = None
+    for index, raw in enumerate(data["text"]):
+        word = str(raw).strip()
+        if not word:
+            continue
+        paragraph = (data["block_num"][index], data["par_num"][index])
+        line = (*paragraph, data["line_num"][index])
+        if last_line is not None:
+            separator = (
+                " " if line == last_line else "\n" if paragraph == last_paragraph else "\n\n"
+            )
+            parts.append(separator)
+            length += len(separator)
+        last_line, last_paragraph = line, paragraph
+        left, top = _number(data["left"][index]), _number(data["top"][index])
+        right, bottom = left + _number(data["width"][index]), top + _number(data["height"][index])
+        box = _displayed(left / width, top / height, right / width, bottom / height, rotation)
+        words.append((length, length + len(word), *box))
+        parts.append(word)
+        length += len(word)
+        if (confidence := _number(data["conf"][index])) >= 0:
+            confidences.append(confidence)
+    mean = round(sum(confidences) / len(confidences) / 100, 4) if confidences else None
+    return OcrPage(number, "".join(parts), tuple(words), mean, rotation, languages)
+
+
+def _number(value: object) -> float:
+    return float(value)  # type: ignore[arg-type]
+
+
+def _displayed(
+    x0: float, y0: float, x1: float, y1: float, rotation: int
+) -> tuple[float, float, float, float]:
+    """A box on the upright picture as a box on the page as displayed, which the upright
+    picture is turned ``rotation`` degrees clockwise from."""
+    corners = [_back((x0, y0), rotation), _back((x1, y1), rotation)]
+    xs, ys = [x for x, _ in corners], [y for _, y in corners]
+    return (
+        round(min(xs), 5),
+        round(min(ys), 5),
+        round(max(xs), 5),
+        round(max(ys), 5),
+    )
+
+
+def _back(point: tuple[float, float], rotation: int) -> tuple[float, float]:
+    x, y = point
+    if rotation == 90:  # turned clockwise: upright (x, y) was displayed (y, 1 - x)
+        return y, 1 - x
+    if rotation == 180:
+        return 1 - x, 1 - y
+    if rotation == 270:
+        return 1 - y, x
+    return x, y
+
+
+def _initializer() -> None:
+    # Tesseract's OpenMP threads would contend with the other workers: one thread a process.
+    os.environ["OMP_THREAD_LIMIT"] = "1"
+    # Below the service in the scheduler's eyes (Tesseract inherits it): other requests keep
+    # their latency while pages are read, and OCR takes the cores they leave.
+    os.nice(10)
+
+
+class OcrPool:
+    """Worker processes that read pages, one page a task. Started when first used."""
+
+    def __init__(self, workers: int) -> None:
+        self._workers = max(1, workers)
+        self._executor: ProcessPoolExecutor | None = None
+
+    def _pool(self) -> ProcessPoolExecutor:
+        if self._executor is None:
+            # forkserver: the service's process has threads (and an event loop) a fork would
+            # copy; a fork server started afresh forks workers that import this module alone,
+            # not the service (as spawn's re-import of the command line's main module would).
+            context = multiprocessing.get_context("forkserver")
+            context.set_forkserver_preload([__name__])
+            self._executor = ProcessPoolExecutor(
+                self._workers, mp_context=context, initializer=_initializer
+            )
+        return self._executor
+
+    async def read(self, path: str, number: int, languages: str) -> OcrPage:
+        loop = asyncio.get_running_loop()
+        try:
+            return await loop.run_in_executor(self._pool(), read_page, path, number, languages)
+        except BrokenProcessPool as exc:
+            self._executor = None  # a worker died (killed, out of memory): start afresh
+            raise OcrError(f"The OCR worker reading page {number} died.") from exc
+
+    def close(self) -> None:
+        if self._executor is not None:
+            self._executor.shutdown(wait=True, cancel_futures=True)
+            self._executor = None

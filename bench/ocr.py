@@ -1,0 +1,162 @@
+"""OCR: seconds per page per core at 300 dpi, character error rate (CER) at 300 dpi and at
+150 dpi with noise, a scan of N pages (100 by default) read end to end by `citegate serve`, the
+peak RSS of the service and of its OCR workers, and the p95 latency of other requests while OCR
+runs against before. Prints figures; asserts nothing.
+
+    .venv/bin/python bench/ocr.py [--database-url URL] [--pages N] [--scan-pages N]
+
+The scans are the repository's own text PDFs (tests/fixtures/pdf) rendered by PDFium into
+image-only pages, so the truth is their text layer. Per page per core: one process reading
+pages one after another with OMP_THREAD_LIMIT=1, the service's languages (all ten by default).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import threading
+import time
+
+import httpx
+import pypdfium2 as pdfium
+from harness import ROOT, peak_rss_mib, process_tree, running
+from rapidfuzz.distance import Levenshtein
+
+sys.path.insert(0, str(ROOT))  # tests.scans: the scans the OCR tests make
+
+from app.documents.ocr import parse_languages, read_picture
+from app.documents.pdf import without_hyphenation
+from app.settings import Settings
+from tests.scans import image_pdf, noisy, render_page
+
+CORPUS = ROOT / "tests" / "fixtures" / "pdf"
+# Pages of real text: two columns, German mathematics, a LaTeX article.
+PAGES = (
+    [("multicolumn.pdf", n) for n in (1, 2, 3)]
+    + [("GeoTopo-komprimiert.pdf", n) for n in (6, 7, 20, 30)]
+    + [("pdflatex-4-pages.pdf", n) for n in (1, 2)]
+)
+
+
+def truth(name: str, number: int) -> str:
+    with pdfium.PdfDocument(CORPUS / name) as document:
+        return without_hyphenation(document[number - 1].get_textpage().get_text_range())[0]
+
+
+def cer(read: str, expected: str) -> float:
+    read, expected = " ".join(read.split()), " ".join(expected.split())
+    return Levenshtein.distance(read, expected) / max(1, len(expected))
+
+
+def per_page(pages: list[tuple[str, int]], dpi: int, noise: bool) -> tuple[float, float]:
+    """Seconds a page (rendering excluded) and the CER over all pages, read in this process."""
+    os.environ["OMP_THREAD_LIMIT"] = "1"
+    languages = parse_languages(Settings().ocr_languages)
+    seconds, errors, length = 0.0, 0.0, 0
+    for name, number in pages:
+        data = (CORPUS / name).read_bytes()
+        picture = render_page(data, number, dpi)
+        if noise:
+            picture = noisy(picture, amount=0.01)
+        if dpi != 300:  # a scan of that resolution, read as the service reads it: at 300 dpi
+            with pdfium.PdfDocument(data) as document:
+                size = document[number - 1].get_size()
+            picture = render_page(image_pdf([picture], sizes=[size]), 1, 300)
+        started = time.perf_counter()
+        page = read_picture(picture, number, languages)
+        seconds += time.perf_counter() - started
+        expected = truth(name, number)
+        errors += cer(page.text, expected) * len(" ".join(expected.split()))
+        length += len(" ".join(expected.split()))
+    return seconds / len(pages), errors / max(1, length)
+
+
+class Prober(threading.Thread):
+    """GET /v1/documents over and over, keeping each request's latency."""
+
+    def __init__(self, base_url: str, headers: dict[str, str]) -> None:
+        super().__init__(daemon=True)
+        self.client = httpx.Client(base_url=base_url, headers=headers, timeout=60)
+        self.latencies: list[float] = []
+        self.stopping = threading.Event()
+
+    def run(self) -> None:
+        while not self.stopping.is_set():
+            started = time.perf_counter()
+            self.client.get("/v1/documents", params={"limit": 10}).raise_for_status()
+            self.latencies.append(time.perf_counter() - started)
+            time.sleep(0.05)
+
+    def p95(self) -> float:
+        return statistics.quantiles(self.latencies, n=20)[-1] * 1000
+
+
+def probe(base_url: str, headers: dict[str, str], seconds: float) -> float:
+    prober = Prober(base_url, headers)
+    prober.start()
+    time.sleep(seconds)
+    prober.stopping.set()
+    prober.join()
+    return prober.p95()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--database-url", help="default: a new SQLite file")
+    parser.add_argument("--pages", type=int, default=len(PAGES), help="pages for CER and speed")
+    parser.add_argument("--scan-pages", type=int, default=100, help="pages of the scan")
+    args = parser.parse_args()
+    pages = PAGES[: args.pages]
+
+    seconds, rate = per_page(pages, 300, noise=False)
+    print(f"300 dpi: {seconds:.2f} s a page on one core, CER {rate:.2%} over {len(pages)} pages")
+    _, noisy_rate = per_page(pages, 150, noise=True)
+    print(f"150 dpi, blurred, 1 % salt-and-pepper noise: CER {noisy_rate:.2%} (target <= 5 %)")
+
+    pictures = [
+        render_page((CORPUS / name).read_bytes(), number, 300)
+        for name, number in (pages * (args.scan_pages // len(pages) + 1))[: args.scan_pages]
+    ]
+    scan = image_pdf(pictures)
+    os.environ |= {"CITEGATE_OCR": "auto", "CITEGATE_OCR_MAX_PAGES": str(args.scan_pages)}
+    with (
+        running(args.database_url, None) as stack,
+        httpx.Client(base_url=stack.citegate, headers=stack.headers, timeout=600) as http,
+    ):
+        before = probe(stack.citegate, stack.headers, 10)
+        prober = Prober(stack.citegate, stack.headers)
+        started = time.perf_counter()
+        response = http.post("/v1/documents/upload", files={"file": ("scan.pdf", scan)})
+        assert response.status_code == 202, response.text
+        prober.start()
+        document_id = response.json()["id"]
+        while (document := http.get(f"/v1/documents/{document_id}").json())[
+            "status"
+        ] == "processing":
+            time.sleep(1)
+        elapsed = time.perf_counter() - started
+        prober.stopping.set()
+        prober.join()
+        service = peak_rss_mib(stack.pid)
+        workers = [peak_rss_mib(pid) for pid in process_tree(stack.pid)[1:]]
+        backend = stack.database
+    print(f"database: {backend}; {os.cpu_count()} cores")
+    print(
+        f"{args.scan_pages}-page scan ({len(scan) / 1e6:.0f} MB) {document['status']} in "
+        f"{elapsed:.0f} s: {elapsed / args.scan_pages:.2f} s a page (target: 100 pages < 4 min)"
+    )
+    print(
+        f"peak RSS: service {service:.0f} MiB, OCR workers {sum(workers):.0f} MiB "
+        f"({', '.join(f'{w:.0f}' for w in workers)}), together {service + sum(workers):.0f} MiB "
+        "(target < 500 MiB)"
+    )
+    print(
+        f"GET /v1/documents p95: {before:.1f} ms before, {prober.p95():.1f} ms while OCR ran "
+        f"({prober.p95() / before - 1:+.0%}; target <= +20 %)"
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,99 @@
+"""A PDF page's stored text: PDFium's hyphenation marks and soft hyphens left out (the word whole,
+every offset and box still exact) and filled form values kept, on real sample PDFs."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pypdfium2 as pdfium
+import pytest
+
+from app.documents.index import DocumentIndex, IndexedChunk, locate
+from app.documents.kinds.pdf import PdfKind
+from app.documents.pages import PdfPages
+from app.documents.pdf import without_hyphenation
+from tests.fixture_files import CORPUS
+
+MULTICOLUMN = CORPUS / "multicolumn.pdf"
+FORM = CORPUS / "libreoffice-form.pdf"
+
+
+@pytest.fixture
+def pages() -> Iterator[PdfPages]:
+    pdf_pages = PdfPages()
+    yield pdf_pages
+    pdf_pages.close()
+
+
+def test_hyphenation_marks_never_reach_the_stored_text_and_the_word_is_whole() -> None:
+    data = MULTICOLUMN.read_bytes()
+    with pdfium.PdfDocument(data) as document:
+        raw = [page.get_textpage().get_text_range() for page in document]
+    assert "adip\ufffeiscing" in raw[0]  # what PDFium gives
+    parsed = PdfKind().parse(data)
+    assert "\ufffe" not in parsed.text and "\u00ad" not in parsed.text
+    assert "adipiscing" in parsed.text
+    assert parsed.text == "".join(text.replace("\ufffe", "") for text in raw)
+    for chunk in parsed.chunks:  # chunks still tile the text, each on its page
+        assert chunk.page_number is not None
+        assert not any(mark in parsed.text[chunk.start : chunk.end] for mark in "\ufffe\u00ad")
+    assert [c.start for c in parsed.chunks[1:]] == [c.end for c in parsed.chunks[:-1]]
+
+
+def test_soft_hyphens_are_left_out_with_a_map_back() -> None:
+    text, kept = without_hyphenation("co\u00adoperate and re\ufffeturn")
+    assert text == "cooperate and return"
+    assert kept is not None and len(kept) == len(text)
+    assert "".join("co\u00adoperate and re\ufffeturn"[i] for i in kept) == text
+    assert without_hyphenation("nothing to do") == ("nothing to do", None)
+
+
+def test_the_upstreams_quote_with_its_hyphen_mark_is_found_in_the_whole_word() -> None:
+    text = PdfKind().parse(MULTICOLUMN.read_bytes()).text
+    start = text.index("adipiscing")
+    # The upstream's cited_text keeps the mark as U+0002 (see docs/UPSTREAM.md).
+    found = locate(text, "consectetuer adip\u0002iscing elit", (0, len(text)), 0)
+    assert found is not None
+    assert text[found[0] : found[1]] == "consectetuer adipiscing elit"
+    assert found[0] < start < found[1]
+    index = DocumentIndex("doc", "pdf", text, [IndexedChunk(0, len(text), 1, None)], 1)
+    assert index.span(*found)["start_page"] == 1
+
+
+def test_a_word_joined_over_a_line_break_gets_a_box_on_each_line(pages: PdfPages) -> None:
+    data = MULTICOLUMN.read_bytes()
+    text = PdfKind().parse(data).text
+    start = text.index("adipiscing")
+    [boxes] = pages.boxes("doc", data, [(start, start + len("adipiscing"), 1, 1)])
+    assert len(boxes) == 2  # "adip-" ends one line, "iscing" starts the next
+    assert boxes[0].y1 <= boxes[1].y0 + 0.001  # one line below the other
+    with pdfium.PdfDocument(data) as document:
+        page = document[0]
+        textpage = page.get_textpage()
+        raw = textpage.get_text_range()
+        width, height = page.get_size()
+        at = raw.index("adip\ufffeiscing")
+        for index in [*range(at, at + 4), *range(at + 5, at + 11)]:
+            left, bottom, right, top = textpage.get_charbox(index)
+            x, y = (left + right) / 2 / width, 1 - (bottom + top) / 2 / height
+            assert any(b.x0 <= x <= b.x1 and b.y0 <= y <= b.y1 for b in boxes), raw[index]
+
+
+def test_filled_form_values_are_part_of_their_page_text(pages: PdfPages) -> None:
+    data = FORM.read_bytes()
+    parsed = PdfKind().parse(data)
+    with pdfium.PdfDocument(data) as document:
+        layer = document[0].get_textpage().get_text_range()
+    assert "Alice" not in layer  # PDFium's text layer has no field values
+    assert parsed.text.startswith(layer)
+    assert parsed.text[len(layer) :] == "\r\nAlice\r\nBob"  # top to bottom
+    assert parsed.citable and parsed.chunks[-1].end == len(parsed.text)
+    start = parsed.text.index("Alice")
+    [boxes] = pages.boxes("form", data, [(start, start + 5, 1, 1)])
+    assert len(boxes) == 1
+    with pdfium.PdfDocument(data) as document:
+        width, height = document[0].get_size()
+    # The box is the "First Name" widget's rectangle: left 119.549, top 718.138 points.
+    box = boxes[0]
+    assert box.x0 == pytest.approx(119.549 / width, abs=1e-3)
+    assert box.y0 == pytest.approx(1 - 718.138 / height, abs=1e-3)
