@@ -15,6 +15,7 @@ from app.answers.context import AnswerContext
 from app.answers.live import LiveAnswers
 from app.answers.store import ENDING_COLUMNS
 from app.api import (
+    admin,
     answers,
     anthropic,
     batches,
@@ -72,6 +73,7 @@ def create_app(settings: Settings | None = None, *, own_process: bool = False) -
         )
         app.state.engine = engine
         app.state.sessions = create_session_factory(engine)
+        app.state.key_cache.bind(engine)
         await _check_auth(app, settings)
         # Before serving: the streams that dead processes left in progress are interrupted.
         live = LiveAnswers(app.state.sessions, settings)
@@ -145,7 +147,7 @@ def create_app(settings: Settings | None = None, *, own_process: bool = False) -
     app.state.settings = settings
     app.state.metrics = metrics
     app.state.key_limits = KeyLimits(settings, metrics)
-    app.state.key_cache = keys.KeyCache(settings.recheck_seconds)
+    app.state.key_cache = keys.KeyCache()
     app.state.pdf_pages = PdfPages()
     app.state.source_cache = SourceCache(settings.source_cache_chars, settings.recheck_seconds)
     rendering = ErrorRendering({compat_errors.PREFIX: compat_errors.render_messages_error})
@@ -166,6 +168,7 @@ def create_app(settings: Settings | None = None, *, own_process: bool = False) -
     app.include_router(seeing.api, dependencies=authenticated)
     app.include_router(seeing.public)
     app.include_router(batches.router, dependencies=authenticated)
+    app.include_router(admin.router, dependencies=authenticated)
     add_docs(app)
     return app
 

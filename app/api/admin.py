@@ -1,0 +1,208 @@
+"""The administration routes: tenants (``operator``) and API keys (``admin`` of the tenant, or
+``operator``). The scope each needs is checked with the key (``app.auth.scopes``); what a
+caller may see of which tenant, by the service (``app.auth.admin``)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Path, Query, status
+
+from app.api.deps import (
+    DEFAULT_LIMIT,
+    LimitQuery,
+    PageCursorDep,
+    PrincipalDep,
+    SessionDep,
+)
+from app.api.problems import AUTH_PROBLEMS, BODY_PROBLEMS, problems
+from app.auth import admin
+from app.auth.schemas import (
+    ApiKeyOut,
+    ApiKeyPage,
+    ApiKeyWithSecret,
+    CreateApiKeyRequest,
+    CreateTenantRequest,
+    RotateApiKeyRequest,
+    TenantOut,
+    TenantPage,
+    UpdateApiKeyRequest,
+    UpdateTenantRequest,
+)
+from app.db.models import ApiKey, Tenant
+from app.ids import NO_NUL
+
+TenantId = Annotated[str, Path(pattern=NO_NUL, description="The tenant's id, `ten_…`.")]
+KeyId = Annotated[str, Path(pattern=NO_NUL, description="The API key's id, `key_…`.")]
+TenantQuery = Annotated[
+    str | None,
+    Query(max_length=100, pattern=NO_NUL, description="Only this tenant's (operator: any)."),
+]
+
+router = APIRouter(prefix="/v1/admin", tags=["admin"], responses=problems(*AUTH_PROBLEMS))
+
+
+def tenant_out(tenant: Tenant) -> TenantOut:
+    return TenantOut(id=tenant.id, name=tenant.name, created_at=tenant.created_at)
+
+
+def key_out(key: ApiKey) -> ApiKeyOut:
+    return ApiKeyOut(**_key_fields(key))
+
+
+def _key_fields(key: ApiKey) -> dict[str, object]:
+    return {
+        "id": key.id,
+        "tenant_id": key.tenant_id,
+        "name": key.name,
+        "prefix": key.prefix,
+        "scopes": sorted(key.scopes),
+        "status": admin.key_status(key),
+        "created_at": key.created_at,
+        "expires_at": key.expires_at,
+        "revoked_at": key.revoked_at,
+        "previous_secret_expires_at": key.previous_until if key.previous_hash else None,
+    }
+
+
+@router.post(
+    "/tenants",
+    operation_id="createTenant",
+    summary="Create a tenant",
+    status_code=status.HTTP_201_CREATED,
+    response_model=TenantOut,
+    responses=problems(*BODY_PROBLEMS, 409),
+)
+async def create_tenant(body: CreateTenantRequest, session: SessionDep) -> TenantOut:
+    return tenant_out(await admin.create_tenant(session, body.name))
+
+
+@router.get(
+    "/tenants",
+    operation_id="listTenants",
+    summary="List tenants, oldest first",
+    response_model=TenantPage,
+    responses=problems(422),
+)
+async def list_tenants(
+    session: SessionDep, cursor: PageCursorDep, limit: LimitQuery = DEFAULT_LIMIT
+) -> TenantPage:
+    page = await admin.list_tenants(session, limit, cursor.value)
+    return TenantPage(
+        data=[tenant_out(t) for t in page.items], next_cursor=cursor.next(page.next_cursor)
+    )
+
+
+@router.get(
+    "/tenants/{tenant_id}",
+    operation_id="getTenant",
+    summary="Get a tenant",
+    response_model=TenantOut,
+    responses=problems(404, 422),
+)
+async def get_tenant(
+    tenant_id: TenantId, session: SessionDep, principal: PrincipalDep
+) -> TenantOut:
+    return tenant_out(await admin.get_tenant(session, principal, tenant_id))
+
+
+@router.patch(
+    "/tenants/{tenant_id}",
+    operation_id="updateTenant",
+    summary="Rename a tenant",
+    response_model=TenantOut,
+    responses=problems(*BODY_PROBLEMS, 404, 409),
+)
+async def update_tenant(
+    tenant_id: TenantId, body: UpdateTenantRequest, session: SessionDep, principal: PrincipalDep
+) -> TenantOut:
+    return tenant_out(await admin.update_tenant(session, principal, tenant_id, body.name))
+
+
+@router.post(
+    "/api-keys",
+    operation_id="createApiKey",
+    summary="Create an API key (its secret is shown once)",
+    status_code=status.HTTP_201_CREATED,
+    response_model=ApiKeyWithSecret,
+    responses=problems(*BODY_PROBLEMS, 403, 404),
+)
+async def create_api_key(
+    body: CreateApiKeyRequest, session: SessionDep, principal: PrincipalDep
+) -> ApiKeyWithSecret:
+    key, secret = await admin.create_api_key(
+        session, principal, body.tenant_id, body.name, body.scopes, body.expires_at
+    )
+    return ApiKeyWithSecret(**_key_fields(key), secret=secret)
+
+
+@router.get(
+    "/api-keys",
+    operation_id="listApiKeys",
+    summary="List API keys, newest first",
+    response_model=ApiKeyPage,
+    responses=problems(404, 422),
+)
+async def list_api_keys(
+    session: SessionDep,
+    principal: PrincipalDep,
+    cursor: PageCursorDep,
+    tenant_id: TenantQuery = None,
+    limit: LimitQuery = DEFAULT_LIMIT,
+) -> ApiKeyPage:
+    page = await admin.list_api_keys(session, principal, tenant_id, limit, cursor.value)
+    return ApiKeyPage(
+        data=[key_out(k) for k in page.items], next_cursor=cursor.next(page.next_cursor)
+    )
+
+
+@router.get(
+    "/api-keys/{key_id}",
+    operation_id="getApiKey",
+    summary="Get an API key",
+    response_model=ApiKeyOut,
+    responses=problems(404, 422),
+)
+async def get_api_key(key_id: KeyId, session: SessionDep, principal: PrincipalDep) -> ApiKeyOut:
+    return key_out(await admin.get_api_key(session, principal, key_id))
+
+
+@router.patch(
+    "/api-keys/{key_id}",
+    operation_id="updateApiKey",
+    summary="Rename, rescope, disable or enable an API key",
+    response_model=ApiKeyOut,
+    responses=problems(*BODY_PROBLEMS, 403, 404, 409),
+)
+async def update_api_key(
+    key_id: KeyId, body: UpdateApiKeyRequest, session: SessionDep, principal: PrincipalDep
+) -> ApiKeyOut:
+    key, _ = await admin.update_api_key(
+        session, principal, key_id, name=body.name, scopes=body.scopes, status=body.status
+    )
+    return key_out(key)
+
+
+@router.delete(
+    "/api-keys/{key_id}",
+    operation_id="revokeApiKey",
+    summary="Revoke an API key, for good",
+    response_model=ApiKeyOut,
+    responses=problems(404, 422),
+)
+async def revoke_api_key(key_id: KeyId, session: SessionDep, principal: PrincipalDep) -> ApiKeyOut:
+    return key_out(await admin.revoke_api_key(session, principal, key_id))
+
+
+@router.post(
+    "/api-keys/{key_id}/rotate",
+    operation_id="rotateApiKey",
+    summary="Give an API key a new secret; the old one works for a grace period",
+    response_model=ApiKeyWithSecret,
+    responses=problems(*BODY_PROBLEMS, 404, 409),
+)
+async def rotate_api_key(
+    key_id: KeyId, body: RotateApiKeyRequest, session: SessionDep, principal: PrincipalDep
+) -> ApiKeyWithSecret:
+    key, secret = await admin.rotate_api_key(session, principal, key_id, body.grace_seconds)
+    return ApiKeyWithSecret(**_key_fields(key), secret=secret)
