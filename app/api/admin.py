@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Path, Query, status
+from fastapi import APIRouter, Depends, Path, Query, Request, status
 
 from app.api.deps import (
     DEFAULT_LIMIT,
@@ -17,10 +17,13 @@ from app.api.deps import (
 )
 from app.api.problems import AUTH_PROBLEMS, BODY_PROBLEMS, problems
 from app.auth import admin
+from app.auth.audit import Actor
 from app.auth.schemas import (
     ApiKeyOut,
     ApiKeyPage,
     ApiKeyWithSecret,
+    AuditEventOut,
+    AuditEventPage,
     CreateApiKeyRequest,
     CreateTenantRequest,
     RotateApiKeyRequest,
@@ -38,6 +41,15 @@ TenantQuery = Annotated[
     str | None,
     Query(max_length=100, pattern=NO_NUL, description="Only this tenant's (operator: any)."),
 ]
+
+
+async def _actor(request: Request, principal: PrincipalDep) -> Actor:
+    """The caller, and from where: for the audit events of what it does."""
+    address = request.client.host if request.client else None
+    return Actor(principal, address, getattr(request.state, "request_id", None))
+
+
+ActorDep = Annotated[Actor, Depends(_actor)]
 
 router = APIRouter(prefix="/v1/admin", tags=["admin"], responses=problems(*AUTH_PROBLEMS))
 
@@ -73,8 +85,10 @@ def _key_fields(key: ApiKey) -> dict[str, object]:
     response_model=TenantOut,
     responses=problems(*BODY_PROBLEMS, 409),
 )
-async def create_tenant(body: CreateTenantRequest, session: SessionDep) -> TenantOut:
-    return tenant_out(await admin.create_tenant(session, body.name))
+async def create_tenant(
+    body: CreateTenantRequest, session: SessionDep, actor: ActorDep
+) -> TenantOut:
+    return tenant_out(await admin.create_tenant(session, actor, body.name))
 
 
 @router.get(
@@ -100,10 +114,8 @@ async def list_tenants(
     response_model=TenantOut,
     responses=problems(404, 422),
 )
-async def get_tenant(
-    tenant_id: TenantId, session: SessionDep, principal: PrincipalDep
-) -> TenantOut:
-    return tenant_out(await admin.get_tenant(session, principal, tenant_id))
+async def get_tenant(tenant_id: TenantId, session: SessionDep, actor: ActorDep) -> TenantOut:
+    return tenant_out(await admin.get_tenant(session, actor, tenant_id))
 
 
 @router.patch(
@@ -114,9 +126,9 @@ async def get_tenant(
     responses=problems(*BODY_PROBLEMS, 404, 409),
 )
 async def update_tenant(
-    tenant_id: TenantId, body: UpdateTenantRequest, session: SessionDep, principal: PrincipalDep
+    tenant_id: TenantId, body: UpdateTenantRequest, session: SessionDep, actor: ActorDep
 ) -> TenantOut:
-    return tenant_out(await admin.update_tenant(session, principal, tenant_id, body.name))
+    return tenant_out(await admin.update_tenant(session, actor, tenant_id, body.name))
 
 
 @router.post(
@@ -128,10 +140,10 @@ async def update_tenant(
     responses=problems(*BODY_PROBLEMS, 403, 404),
 )
 async def create_api_key(
-    body: CreateApiKeyRequest, session: SessionDep, principal: PrincipalDep
+    body: CreateApiKeyRequest, session: SessionDep, actor: ActorDep
 ) -> ApiKeyWithSecret:
     key, secret = await admin.create_api_key(
-        session, principal, body.tenant_id, body.name, body.scopes, body.expires_at
+        session, actor, body.tenant_id, body.name, body.scopes, body.expires_at
     )
     return ApiKeyWithSecret(**_key_fields(key), secret=secret)
 
@@ -145,12 +157,12 @@ async def create_api_key(
 )
 async def list_api_keys(
     session: SessionDep,
-    principal: PrincipalDep,
+    actor: ActorDep,
     cursor: PageCursorDep,
     tenant_id: TenantQuery = None,
     limit: LimitQuery = DEFAULT_LIMIT,
 ) -> ApiKeyPage:
-    page = await admin.list_api_keys(session, principal, tenant_id, limit, cursor.value)
+    page = await admin.list_api_keys(session, actor, tenant_id, limit, cursor.value)
     return ApiKeyPage(
         data=[key_out(k) for k in page.items], next_cursor=cursor.next(page.next_cursor)
     )
@@ -163,8 +175,8 @@ async def list_api_keys(
     response_model=ApiKeyOut,
     responses=problems(404, 422),
 )
-async def get_api_key(key_id: KeyId, session: SessionDep, principal: PrincipalDep) -> ApiKeyOut:
-    return key_out(await admin.get_api_key(session, principal, key_id))
+async def get_api_key(key_id: KeyId, session: SessionDep, actor: ActorDep) -> ApiKeyOut:
+    return key_out(await admin.get_api_key(session, actor, key_id))
 
 
 @router.patch(
@@ -175,10 +187,10 @@ async def get_api_key(key_id: KeyId, session: SessionDep, principal: PrincipalDe
     responses=problems(*BODY_PROBLEMS, 403, 404, 409),
 )
 async def update_api_key(
-    key_id: KeyId, body: UpdateApiKeyRequest, session: SessionDep, principal: PrincipalDep
+    key_id: KeyId, body: UpdateApiKeyRequest, session: SessionDep, actor: ActorDep
 ) -> ApiKeyOut:
     key, _ = await admin.update_api_key(
-        session, principal, key_id, name=body.name, scopes=body.scopes, status=body.status
+        session, actor, key_id, name=body.name, scopes=body.scopes, status=body.status
     )
     return key_out(key)
 
@@ -190,8 +202,8 @@ async def update_api_key(
     response_model=ApiKeyOut,
     responses=problems(404, 422),
 )
-async def revoke_api_key(key_id: KeyId, session: SessionDep, principal: PrincipalDep) -> ApiKeyOut:
-    return key_out(await admin.revoke_api_key(session, principal, key_id))
+async def revoke_api_key(key_id: KeyId, session: SessionDep, actor: ActorDep) -> ApiKeyOut:
+    return key_out(await admin.revoke_api_key(session, actor, key_id))
 
 
 @router.post(
@@ -202,7 +214,28 @@ async def revoke_api_key(key_id: KeyId, session: SessionDep, principal: Principa
     responses=problems(*BODY_PROBLEMS, 404, 409),
 )
 async def rotate_api_key(
-    key_id: KeyId, body: RotateApiKeyRequest, session: SessionDep, principal: PrincipalDep
+    key_id: KeyId, body: RotateApiKeyRequest, session: SessionDep, actor: ActorDep
 ) -> ApiKeyWithSecret:
-    key, secret = await admin.rotate_api_key(session, principal, key_id, body.grace_seconds)
+    key, secret = await admin.rotate_api_key(session, actor, key_id, body.grace_seconds)
     return ApiKeyWithSecret(**_key_fields(key), secret=secret)
+
+
+@router.get(
+    "/audit-events",
+    operation_id="listAuditEvents",
+    summary="List audit events, newest first",
+    response_model=AuditEventPage,
+    responses=problems(404, 422),
+)
+async def list_audit_events(
+    session: SessionDep,
+    actor: ActorDep,
+    cursor: PageCursorDep,
+    tenant_id: TenantQuery = None,
+    limit: LimitQuery = DEFAULT_LIMIT,
+) -> AuditEventPage:
+    page = await admin.list_audit_events(session, actor, tenant_id, limit, cursor.value)
+    return AuditEventPage(
+        data=[AuditEventOut.model_validate(e, from_attributes=True) for e in page.items],
+        next_cursor=cursor.next(page.next_cursor),
+    )

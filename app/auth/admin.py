@@ -16,16 +16,19 @@ from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from app.auth import audit
+from app.auth.audit import Actor
 from app.auth.keys import (
     PREFIX_LENGTH,
-    Principal,
     bump_version,
     generate_key,
     hash_key,
+    key_fields,
     new_key_row,
+    revoke_key,
 )
-from app.auth.scopes import Scope
-from app.db.models import ApiKey, Tenant, utcnow
+from app.auth.scopes import Principal, Scope
+from app.db.models import ApiKey, AuditEvent, Tenant, utcnow
 from app.errors import Conflict, ErrorCode, Forbidden, InvalidRequest, NotFound
 from app.ids import new_id
 from app.pagination import Page, decode_cursor, paginate
@@ -33,6 +36,11 @@ from app.pagination import Page, decode_cursor, paginate
 
 def is_operator(actor: Principal) -> bool:
     return Scope.OPERATOR in actor.scopes
+
+
+def _caller(actor: Actor) -> Principal:
+    assert actor.principal is not None, "an admin action over HTTP has a caller"
+    return actor.principal
 
 
 def key_status(key: ApiKey, now: datetime | None = None) -> str:
@@ -48,9 +56,10 @@ def key_status(key: ApiKey, now: datetime | None = None) -> str:
 # Tenants (operator only: the route's scope says so)
 
 
-async def create_tenant(session: AsyncSession, name: str) -> Tenant:
+async def create_tenant(session: AsyncSession, actor: Actor, name: str) -> Tenant:
     tenant = Tenant(id=new_id("ten"), name=name)
     session.add(tenant)
+    audit.record(session, actor, "tenant.created", "tenant", tenant.id, tenant.id, name=name)
     try:
         await session.commit()
     except IntegrityError:
@@ -68,20 +77,22 @@ async def list_tenants(session: AsyncSession, limit: int, cursor: str | None) ->
     return paginate(rows, limit, key=lambda row: row.id)
 
 
-async def get_tenant(session: AsyncSession, actor: Principal, tenant_id: str) -> Tenant:
+async def get_tenant(session: AsyncSession, actor: Actor, tenant_id: str) -> Tenant:
     """The tenant, if the caller administers it."""
+    caller = _caller(actor)
     tenant = await session.get(Tenant, tenant_id)
-    if tenant is None or not (is_operator(actor) or tenant.id == actor.tenant_id):
+    if tenant is None or not (is_operator(caller) or tenant.id == caller.tenant_id):
         raise NotFound(f"No tenant with id {tenant_id!r}.", code=ErrorCode.TENANT_NOT_FOUND)
     return tenant
 
 
 async def update_tenant(
-    session: AsyncSession, actor: Principal, tenant_id: str, name: str | None
+    session: AsyncSession, actor: Actor, tenant_id: str, name: str | None
 ) -> Tenant:
     tenant = await get_tenant(session, actor, tenant_id)
     if name is not None and name != tenant.name:
         tenant.name = name
+        audit.record(session, actor, "tenant.updated", "tenant", tenant.id, tenant.id, name=name)
         try:
             await session.commit()
         except IntegrityError:
@@ -97,31 +108,32 @@ def _name_taken(name: str) -> Conflict:
 # Keys (admin of the key's tenant, or operator)
 
 
-def _grantable(actor: Principal, scopes: Iterable[str]) -> list[str]:
+def _grantable(actor: Actor, scopes: Iterable[str]) -> list[str]:
     """The scopes, sorted, if the caller may grant them: an admin any scope of its tenant,
     only an operator ``operator``."""
     wanted = sorted({str(scope) for scope in scopes})
-    if Scope.OPERATOR in wanted and not is_operator(actor):
+    if Scope.OPERATOR in wanted and not is_operator(_caller(actor)):
         raise Forbidden("Only a key with the `operator` scope can grant `operator`.")
     return wanted
 
 
 async def create_api_key(
     session: AsyncSession,
-    actor: Principal,
+    actor: Actor,
     tenant_id: str | None,
     name: str | None,
     scopes: Iterable[str],
     expires_at: datetime | None,
 ) -> tuple[ApiKey, str]:
     """A new key of the tenant (the caller's own by default); returns it and its secret."""
-    tenant = await get_tenant(session, actor, tenant_id or actor.tenant_id)
+    tenant = await get_tenant(session, actor, tenant_id or _caller(actor).tenant_id)
     if expires_at is not None and expires_at <= utcnow():
         raise InvalidRequest("`expires_at` is in the past.", code=ErrorCode.VALIDATION_ERROR)
     row, secret = new_key_row(
         tenant.id, _grantable(actor, scopes), name=name, expires_at=expires_at
     )
     session.add(row)
+    audit.record(session, actor, "api_key.created", "api_key", row.id, tenant.id, **key_fields(row))
     await bump_version(session)
     await session.commit()
     return row, secret
@@ -129,7 +141,7 @@ async def create_api_key(
 
 async def list_api_keys(
     session: AsyncSession,
-    actor: Principal,
+    actor: Actor,
     tenant_id: str | None,
     limit: int,
     cursor: str | None,
@@ -139,17 +151,18 @@ async def list_api_keys(
     if tenant_id is not None:
         await get_tenant(session, actor, tenant_id)
         query = query.where(ApiKey.tenant_id == tenant_id)
-    elif not is_operator(actor):
-        query = query.where(ApiKey.tenant_id == actor.tenant_id)
+    elif not is_operator(_caller(actor)):
+        query = query.where(ApiKey.tenant_id == _caller(actor).tenant_id)
     if cursor is not None:
         query = query.where(ApiKey.id < decode_cursor(cursor))
     rows = (await session.scalars(query.order_by(ApiKey.id.desc()).limit(limit + 1))).all()
     return paginate(rows, limit, key=lambda row: row.id)
 
 
-async def get_api_key(session: AsyncSession, actor: Principal, key_id: str) -> ApiKey:
+async def get_api_key(session: AsyncSession, actor: Actor, key_id: str) -> ApiKey:
+    caller = _caller(actor)
     key = await session.get(ApiKey, key_id)
-    if key is None or not (is_operator(actor) or key.tenant_id == actor.tenant_id):
+    if key is None or not (is_operator(caller) or key.tenant_id == caller.tenant_id):
         raise NotFound(f"No API key with id {key_id!r}.", code=ErrorCode.API_KEY_NOT_FOUND)
     return key
 
@@ -161,7 +174,7 @@ def _not_revoked(key: ApiKey) -> None:
 
 async def update_api_key(
     session: AsyncSession,
-    actor: Principal,
+    actor: Actor,
     key_id: str,
     *,
     name: str | None = None,
@@ -183,24 +196,20 @@ async def update_api_key(
         key.status = changed["status"] = status
     if changed:
         key.updated_at = utcnow()
+        audit.record(session, actor, "api_key.updated", "api_key", key.id, key.tenant_id, **changed)
         await bump_version(session)
         await session.commit()
     return key, changed
 
 
-async def revoke_api_key(session: AsyncSession, actor: Principal, key_id: str) -> ApiKey:
+async def revoke_api_key(session: AsyncSession, actor: Actor, key_id: str) -> ApiKey:
     """Revoke a key for good (its previous secret too); revoking it again changes nothing."""
     key = await get_api_key(session, actor, key_id)
-    if key.revoked_at is None:
-        key.revoked_at = key.updated_at = utcnow()
-        key.previous_hash = key.previous_until = None
-        await bump_version(session)
-        await session.commit()
-    return key
+    return await revoke_key(session, key.id, actor)
 
 
 async def rotate_api_key(
-    session: AsyncSession, actor: Principal, key_id: str, grace_seconds: int
+    session: AsyncSession, actor: Actor, key_id: str, grace_seconds: int
 ) -> tuple[ApiKey, str]:
     """A new secret for the key; the one it had works ``grace_seconds`` more (0: not at all).
     A secret from an earlier rotation, still in its grace, stops now."""
@@ -216,6 +225,29 @@ async def rotate_api_key(
     key.key_hash = hash_key(secret)
     key.prefix = secret[:PREFIX_LENGTH]
     key.updated_at = now
+    audit.record(
+        session,
+        actor,
+        "api_key.rotated",
+        "api_key",
+        key.id,
+        key.tenant_id,
+        prefix=key.prefix,
+        grace_seconds=grace_seconds,
+        previous_secret_expires_at=key.previous_until.isoformat() if key.previous_until else None,
+    )
     await bump_version(session)
     await session.commit()
     return key, secret
+
+
+async def list_audit_events(
+    session: AsyncSession, actor: Actor, tenant_id: str | None, limit: int, cursor: str | None
+) -> Page[AuditEvent]:
+    """Audit events, newest first: of the caller's tenant, or (an operator's) of one tenant or
+    of all."""
+    if tenant_id is not None:
+        await get_tenant(session, actor, tenant_id)
+    elif not is_operator(_caller(actor)):
+        tenant_id = _caller(actor).tenant_id
+    return await audit.list_events(session, tenant_id, limit, cursor)

@@ -31,7 +31,9 @@ from sqlalchemy import bindparam, or_, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
 
-from app.auth.scopes import ALL_SCOPES, OPEN_SCOPES, TENANT_SCOPES
+from app.auth import audit
+from app.auth.scopes import ALL_SCOPES, TENANT_SCOPES
+from app.auth.scopes import Principal as Principal  # where the rest of app imports it
 from app.db.models import DEFAULT_TENANT_ID, ApiKey, AuthVersion, Tenant, utcnow
 from app.errors import ErrorCode, NotFound
 from app.ids import new_id
@@ -43,16 +45,6 @@ Sessions = Callable[[], AsyncSession]
 KEY_PREFIX = "cg_"
 PREFIX_LENGTH = 12
 _MAX_KEY_LENGTH = 256
-
-
-@dataclass(frozen=True, slots=True)
-class Principal:
-    """Who is calling: a tenant, through a key (or none while the service runs open), with
-    what the key may do."""
-
-    tenant_id: str
-    key_id: str | None
-    scopes: frozenset[str] = OPEN_SCOPES
 
 
 def hash_key(key: str) -> str:
@@ -109,11 +101,13 @@ async def create_key(
     key: str | None = None,
     scopes: Iterable[str] = TENANT_SCOPES,
     name: str | None = None,
+    actor: audit.Actor = audit.CLI,
 ) -> tuple[ApiKey, str]:
     """A new key for the tenant (created if new). Returns the row and the key, shown once."""
     tenant = await tenant_by_name(session, tenant_name)
     row, key = new_key_row(tenant.id, scopes, name=name, key=key)
     session.add(row)
+    audit.record(session, actor, "api_key.created", "api_key", row.id, tenant.id, **key_fields(row))
     await bump_version(session)
     await session.commit()
     return row, key
@@ -130,11 +124,22 @@ async def ensure_key(session: AsyncSession, tenant_name: str, key: str) -> ApiKe
     if existing is not None:
         if existing.revoked_at is None and set(existing.scopes) != ALL_SCOPES:
             existing.scopes = sorted(ALL_SCOPES)
+            audit.record(
+                session,
+                audit.START_UP,
+                "api_key.updated",
+                "api_key",
+                existing.id,
+                existing.tenant_id,
+                scopes=existing.scopes,
+            )
             await bump_version(session)
             await session.commit()
         return existing
     try:
-        row, _ = await create_key(session, tenant_name, key, scopes=ALL_SCOPES, name="bootstrap")
+        row, _ = await create_key(
+            session, tenant_name, key, ALL_SCOPES, "bootstrap", actor=audit.START_UP
+        )
     except IntegrityError:
         await session.rollback()
         row = (await session.scalars(query)).one()
@@ -147,16 +152,28 @@ async def list_keys(session: AsyncSession) -> list[tuple[ApiKey, str]]:
     return [(key, name) for key, name in (await session.execute(query)).all()]
 
 
-async def revoke_key(session: AsyncSession, key_id: str) -> ApiKey:
+async def revoke_key(session: AsyncSession, key_id: str, actor: audit.Actor = audit.CLI) -> ApiKey:
+    """Revoke a key for good (its previous secret too); revoking it again changes nothing."""
     row = await session.get(ApiKey, key_id)
     if row is None:
         raise NotFound(f"No API key with id {key_id!r}.", code=ErrorCode.API_KEY_NOT_FOUND)
     if row.revoked_at is None:
         row.revoked_at = row.updated_at = utcnow()
         row.previous_hash = row.previous_until = None
+        audit.record(session, actor, "api_key.revoked", "api_key", row.id, row.tenant_id)
         await bump_version(session)
         await session.commit()
     return row
+
+
+def key_fields(row: ApiKey) -> dict[str, object]:
+    """What an audit event says of a key made: what anyone may read back, never a secret."""
+    return {
+        "name": row.name,
+        "prefix": row.prefix,
+        "scopes": list(row.scopes),
+        "expires_at": row.expires_at.isoformat() if row.expires_at else None,
+    }
 
 
 # Built once, as every request runs one: building a statement costs more than running it. On

@@ -158,3 +158,53 @@ class ApiKeyPage(BaseModel):
 
     data: list[ApiKeyOut]
     next_cursor: str | None = Field(description=_NEXT_CURSOR)
+
+
+class AuditEventOut(BaseModel):
+    """An admin action: who, what, when, from where. Never a secret."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {
+                    "id": "aud_01jf3k2m4n5p",
+                    "tenant_id": "ten_01jf3k2m4n5p",
+                    "actor_key_id": "key_01jf3k2m4n00",
+                    "actor_tenant_id": "ten_01jf3k2m4n5p",
+                    "via": "http",
+                    "action": "api_key.rotated",
+                    "target_type": "api_key",
+                    "target_id": "key_01jf3k2m4n5p",
+                    "client_address": "10.0.0.7",
+                    "request_id": "5f0c6e7f0b7d4a3e9c1d2b3a4f5e6d7c",
+                    "details": {"prefix": "cg_Zx81kPq2a", "grace_seconds": 3600},
+                    "created_at": "2025-01-01T12:00:00Z",
+                }
+            ]
+        }
+    )
+
+    id: str
+    tenant_id: str | None = Field(description="The tenant the target belongs to.")
+    actor_key_id: str | None = Field(
+        description="The key that acted; null for the command line or start-up."
+    )
+    actor_tenant_id: str | None
+    via: Literal["http", "cli", "bootstrap"]
+    action: str = Field(
+        description="`tenant.created`, `tenant.updated`, `api_key.created`, `api_key.updated`, "
+        "`api_key.revoked`, `api_key.rotated`."
+    )
+    target_type: Literal["tenant", "api_key"]
+    target_id: str
+    client_address: str | None = Field(description="The caller's address, as the server saw it.")
+    request_id: str | None = Field(description="The request's `X-Request-ID`.")
+    details: dict[str, JsonValue] = Field(description="The fields the action set.")
+    created_at: datetime
+
+
+class AuditEventPage(BaseModel):
+    """A page of audit events, newest first."""
+
+    data: list[AuditEventOut]
+    next_cursor: str | None = Field(description=_NEXT_CURSOR)

@@ -13,6 +13,7 @@ that each route refuses a key without its scope.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from enum import StrEnum
 
 
@@ -29,6 +30,17 @@ ALL_SCOPES = frozenset(Scope)
 TENANT_SCOPES = frozenset({Scope.READ, Scope.WRITE, Scope.ADMIN})
 # The one caller while the service runs open (no key yet): never an administrator.
 OPEN_SCOPES = frozenset({Scope.READ, Scope.WRITE})
+
+
+@dataclass(frozen=True, slots=True)
+class Principal:
+    """Who is calling: a tenant, through a key (or none while the service runs open), with
+    what the key may do."""
+
+    tenant_id: str
+    key_id: str | None
+    scopes: frozenset[str] = OPEN_SCOPES
+
 
 # POSTs that only read: searching, and counting an answer's tokens.
 _READING_POSTS = frozenset(

@@ -119,10 +119,12 @@ class AuditEvent(Base):
     tenant_id: Mapped[str | None] = mapped_column(String(40), index=True)
     actor_key_id: Mapped[str | None] = mapped_column(String(40))
     actor_tenant_id: Mapped[str | None] = mapped_column(String(40))
+    via: Mapped[str] = mapped_column(String(16))  # http | cli | bootstrap
     action: Mapped[str] = mapped_column(String(64))
     target_type: Mapped[str] = mapped_column(String(32))
     target_id: Mapped[str] = mapped_column(String(40))
     client_address: Mapped[str | None] = mapped_column(String(64))
+    request_id: Mapped[str | None] = mapped_column(String(64))
     details: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
 

@@ -5,6 +5,8 @@ not found); disable, revoke, expire, rotate with a grace period; never open."""
 from __future__ import annotations
 
 import asyncio
+import json
+import logging
 import time
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -17,7 +19,7 @@ from sqlalchemy.pool import NullPool
 from app.auth import keys as api_keys
 from app.auth.scopes import ALL_SCOPES
 from app.db.engine import create_engine, run_in_session
-from tests.e2e.test_auth import assert_unauthorized, bearer
+from tests.e2e.test_auth import assert_unauthorized, bearer, make_key, revoke
 
 
 def make_operator(database_url: str) -> str:
@@ -246,3 +248,77 @@ def test_admin_routes_are_never_open(client: httpx.Client) -> None:
         ("GET", "/v1/admin/api-keys"),
     ]:
         assert_unauthorized(client.request(method, path, json={}))
+
+
+def test_every_admin_action_is_an_audit_event_with_no_secret(
+    platform: Platform, client: httpx.Client, database_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    a, op = platform.admin_a["headers"], platform.operator
+    secrets = [platform.admin_a["secret"], platform.admin_b["secret"]]
+    request_ids: dict[str, str] = {}
+
+    def act(method: str, path: str, headers: dict[str, str], body: Any = None) -> Any:
+        response = client.request(method, path, json=body, headers=headers)
+        assert response.status_code in (200, 201), response.text
+        made = response.json()
+        if "secret" in made:
+            secrets.append(made["secret"])
+        request_ids[f"{method} {path}"] = response.headers["x-request-id"]
+        return made
+
+    key = act("POST", "/v1/admin/api-keys", a, {"scopes": ["read"], "name": "audited"})
+    path = f"/v1/admin/api-keys/{key['id']}"
+    act("PATCH", path, a, {"status": "disabled", "name": "still audited"})
+    act("POST", f"{path}/rotate", a, {"grace_seconds": 60})
+    act("DELETE", path, a)
+    act("PATCH", f"/v1/admin/tenants/{platform.a['id']}", op, {"name": "tenant-a-renamed"})
+    cli_id, cli_secret = make_key(database_url, "tenant-a-renamed")  # the command line
+    secrets.append(cli_secret)
+    revoke(database_url, cli_id)
+    # A wrong secret is refused without being echoed.
+    wrong = client.get("/v1/documents", headers=bearer(key["secret"] + "x"))
+    assert wrong.status_code == 401 and key["secret"] not in wrong.text
+
+    listed = client.get("/v1/admin/audit-events", headers=a)
+    assert listed.status_code == 200, listed.text
+    events = listed.json()["data"]
+    mine = [(e["action"], e["target_id"]) for e in events if e["target_id"] == key["id"]]
+    assert mine == [
+        ("api_key.revoked", key["id"]),
+        ("api_key.rotated", key["id"]),
+        ("api_key.updated", key["id"]),
+        ("api_key.created", key["id"]),
+    ]
+    by_action = {e["action"]: e for e in events if e["target_id"] == key["id"]}
+    for event in by_action.values():
+        assert event["actor_key_id"] == platform.admin_a["id"]
+        assert event["actor_tenant_id"] == platform.a["id"] == event["tenant_id"]
+        assert event["via"] == "http" and event["client_address"] == "127.0.0.1"
+    assert by_action["api_key.created"]["request_id"] == request_ids["POST /v1/admin/api-keys"]
+    assert by_action["api_key.created"]["details"]["scopes"] == ["read"]
+    assert by_action["api_key.updated"]["details"] == {
+        "name": "still audited",
+        "status": "disabled",
+    }
+    assert by_action["api_key.rotated"]["details"]["grace_seconds"] == 60
+    cli = [e for e in events if e["target_id"] == cli_id]
+    assert [(e["action"], e["via"], e["actor_key_id"]) for e in cli] == [
+        ("api_key.revoked", "cli", None),
+        ("api_key.created", "cli", None),
+    ]
+    # A's admin sees A's events only; the operator sees the tenants' too, and B's.
+    assert all(e["tenant_id"] == platform.a["id"] for e in events)
+    every = client.get("/v1/admin/audit-events", params={"limit": 100}, headers=op).json()["data"]
+    actions = {(e["action"], e["target_id"]) for e in every}
+    assert ("tenant.created", platform.b["id"]) in actions
+    assert ("tenant.updated", platform.a["id"]) in actions
+    assert ("api_key.created", platform.admin_b["id"]) in actions
+    theirs = client.get("/v1/admin/audit-events", params={"tenant_id": platform.b["id"]}, headers=a)
+    assert_problem(theirs, 404, "tenant_not_found")
+    # No secret in an event, a log line (at DEBUG), or an error; nor its hash in an event.
+    recorded = json.dumps(every) + caplog.text
+    assert "POST /v1/admin/api-keys" in caplog.text  # the requests were logged
+    for secret in secrets:
+        assert secret not in recorded and secret[3:] not in recorded
+        assert api_keys.hash_key(secret) not in json.dumps(every)

@@ -72,6 +72,7 @@ CONTRACT = {
     ("patch", "/v1/admin/api-keys/{key_id}"): "updateApiKey",
     ("delete", "/v1/admin/api-keys/{key_id}"): "revokeApiKey",
     ("post", "/v1/admin/api-keys/{key_id}/rotate"): "rotateApiKey",
+    ("get", "/v1/admin/audit-events"): "listAuditEvents",
     ("get", "/healthz"): "getHealth",
     ("get", "/readyz"): "getReadiness",
 }
