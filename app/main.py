@@ -133,6 +133,7 @@ def create_app(settings: Settings | None = None, *, own_process: bool = False) -
             await asyncio.to_thread(app.state.pdf_pages.close)  # PDFium's lock, off the loop
             with contextlib.suppress(Exception):  # else its streams are marked a lease later
                 await live.stop()
+            await app.state.key_cache.aclose()
             await engine.dispose()
 
     app = FastAPI(

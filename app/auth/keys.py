@@ -35,6 +35,7 @@ from app.auth import audit
 from app.auth.scopes import ALL_SCOPES, TENANT_SCOPES
 from app.auth.scopes import Principal as Principal  # where the rest of app imports it
 from app.db.models import DEFAULT_TENANT_ID, ApiKey, AuthVersion, Tenant, utcnow
+from app.db.scalar import ScalarReader, sql_of
 from app.errors import ErrorCode, NotFound
 from app.ids import new_id
 
@@ -191,6 +192,8 @@ _KEY_BY_HASH = select(
     _keys.expires_at,
     _keys.scopes,
 ).where(or_(_keys.key_hash == bindparam("digest"), _keys.previous_hash == bindparam("digest")))
+# The application_name of each process's connection that reads the version (PostgreSQL).
+VERSION_READER = "citegate-key-version"
 _VERSION = select(AuthVersion.__table__.c.version).where(AuthVersion.__table__.c.id == 1)
 
 
@@ -221,6 +224,9 @@ class KeyCache:
         size: int = 10_000,
     ) -> None:
         self._engine = engine
+        self._version_reader: ScalarReader | None = None
+        if engine is not None:
+            self.bind(engine)
         self._clock = clock
         self._known: LRUCache[str, _Known] = LRUCache(size)
         self._any_key: tuple[int, bool] | None = None
@@ -230,7 +236,14 @@ class KeyCache:
         self._next: asyncio.Future[int] | None = None
 
     def bind(self, engine: AsyncEngine) -> None:
+        """Read the version from this engine's database (``app.db.scalar``: directly, not
+        through the engine's pool, as every request reads it)."""
         self._engine = engine
+        self._version_reader = ScalarReader(engine, sql_of(_VERSION), _VERSION, name=VERSION_READER)
+
+    async def aclose(self) -> None:
+        if self._version_reader is not None:
+            await self._version_reader.aclose()
 
     async def current_version(self) -> int:
         """The version in the database as it is now: read by a query that began after this
@@ -253,10 +266,8 @@ class KeyCache:
             reading.add_done_callback(lambda done: _settle(following, done))
 
     async def _read_version(self) -> int:
-        assert self._engine is not None, "KeyCache.bind(engine) before use"
-        async with self._engine.connect() as connection:
-            version = await connection.scalar(_VERSION)
-        return int(version or 0)
+        assert self._version_reader is not None, "KeyCache.bind(engine) before use"
+        return await self._version_reader.read()
 
     async def any_key_exists(self, sessions: Sessions, version: int) -> bool:
         known = self._any_key
