@@ -45,6 +45,7 @@ from app.local_engine.batches import LocalBatches
 from app.observability import Metrics, RequestObserver, metrics_endpoint
 from app.settings import Settings
 from app.upstream.client import UpstreamClient, create_transport
+from app.usage.prices import load_prices
 
 log = logging.getLogger(__name__)
 
@@ -149,6 +150,7 @@ def create_app(settings: Settings | None = None, *, own_process: bool = False) -
     app.state.metrics = metrics
     app.state.key_limits = KeyLimits(settings, metrics)
     app.state.key_cache = keys.KeyCache()
+    app.state.prices = load_prices(settings.prices_file)  # a bad table stops the start
     app.state.pdf_pages = PdfPages()
     app.state.source_cache = SourceCache(settings.source_cache_chars, settings.recheck_seconds)
     rendering = ErrorRendering({compat_errors.PREFIX: compat_errors.render_messages_error})

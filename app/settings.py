@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import secrets
+from pathlib import Path
 from typing import Literal
 
 from pydantic import AliasChoices, Field, SecretStr
@@ -94,6 +95,12 @@ class Settings(BaseSettings):
     )
     token_limit_per_day: int = Field(
         default=0, ge=0, description="Upstream tokens per day per API key; 0 turns it off."
+    )
+    prices_file: Path | None = Field(
+        default=None,
+        description="A price table (JSON, in the shape of app/usage/prices.json) that replaces "
+        "the one shipped, for cost reports: USD per million tokens per model, with a version "
+        "and the batch discount.",
     )
     redis_url: str | None = Field(
         default=None,

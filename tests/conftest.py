@@ -39,6 +39,7 @@ from app.db.models import (
     LocalEngineBatch,
     LocalEngineResult,
     Tenant,
+    UsageRecord,
 )
 from app.http_protocol import HeaderTimeoutProtocol
 from app.main import create_app
@@ -178,6 +179,7 @@ async def _delete_everything(url: str) -> None:
         await connection.execute(delete(Document))  # blobs and chunks go by cascade
         await connection.execute(delete(ApiKey))
         await connection.execute(delete(AuditEvent))
+        await connection.execute(delete(UsageRecord))
         # As every change of keys does: the served apps read their keys again.
         await connection.execute(update(AuthVersion).values(version=AuthVersion.version + 1))
         await connection.execute(delete(Tenant).where(Tenant.id != DEFAULT_TENANT_ID))

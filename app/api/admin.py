@@ -4,9 +4,11 @@ caller may see of which tenant, by the service (``app.auth.admin``)."""
 
 from __future__ import annotations
 
+from decimal import Decimal
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, Path, Query, Request, status
+from pydantic import AwareDatetime
 
 from app.api.deps import (
     DEFAULT_LIMIT,
@@ -32,8 +34,18 @@ from app.auth.schemas import (
     UpdateApiKeyRequest,
     UpdateTenantRequest,
 )
-from app.db.models import ApiKey, Tenant
+from app.db.models import ApiKey, Tenant, utcnow
 from app.ids import NO_NUL
+from app.usage import service as usage
+from app.usage.prices import Prices
+from app.usage.schemas import (
+    CostBucket,
+    CostReport,
+    CostResult,
+    UsageBucket,
+    UsageReport,
+    UsageResult,
+)
 
 TenantId = Annotated[str, Path(pattern=NO_NUL, description="The tenant's id, `ten_…`.")]
 KeyId = Annotated[str, Path(pattern=NO_NUL, description="The API key's id, `key_…`.")]
@@ -239,3 +251,112 @@ async def list_audit_events(
         data=[AuditEventOut.model_validate(e, from_attributes=True) for e in page.items],
         next_cursor=cursor.next(page.next_cursor),
     )
+
+
+_GROUPS = "tenant_id|api_key_id|model"
+StartingAt = Annotated[
+    AwareDatetime, Query(description="The first moment counted (RFC 3339, with its offset).")
+]
+EndingAt = Annotated[
+    AwareDatetime | None, Query(description="The first moment not counted; by default now.")
+]
+BucketWidthQuery = Annotated[
+    usage.BucketWidth, Query(description="`1h` or `1d`: buckets aligned to UTC hours or days.")
+]
+GroupByQuery = Annotated[
+    str | None,
+    Query(
+        pattern=rf"^({_GROUPS})(,({_GROUPS}))*$",
+        description="Comma-separated: `tenant_id`, `api_key_id`, `model`. None: one group.",
+    ),
+]
+
+
+async def _prices(request: Request) -> Prices:
+    prices: Prices = request.app.state.prices
+    return prices
+
+
+PricesDep = Annotated[Prices, Depends(_prices)]
+
+
+async def _buckets(
+    session: SessionDep,
+    actor: ActorDep,
+    prices: PricesDep,
+    starting_at: StartingAt,
+    ending_at: EndingAt = None,
+    bucket_width: BucketWidthQuery = "1d",
+    group_by: GroupByQuery = None,
+    tenant_id: TenantQuery = None,
+) -> list[usage.Bucket]:
+    shown = await admin.reported_tenant(session, actor, tenant_id)
+    groups = [name for name in (group_by or "").split(",") if name]
+    return await usage.report(
+        session,
+        prices,
+        shown,
+        starting_at,
+        ending_at or utcnow(),
+        bucket_width,
+        groups,  # type: ignore[arg-type]  # checked by the pattern
+    )
+
+
+BucketsDep = Annotated[list[usage.Bucket], Depends(_buckets)]
+
+
+@router.get(
+    "/usage",
+    operation_id="getUsageReport",
+    summary="Usage per time bucket, grouped",
+    response_model=UsageReport,
+    responses=problems(404, 422),
+)
+async def get_usage_report(buckets: BucketsDep) -> UsageReport:
+    return UsageReport(
+        data=[
+            UsageBucket(
+                starting_at=bucket.starting_at,
+                ending_at=bucket.ending_at,
+                results=[
+                    UsageResult(
+                        **group.key,
+                        requests=group.requests,
+                        batch_requests=group.batch_requests,
+                        **group.tokens,
+                    )
+                    for group in bucket.groups
+                ],
+            )
+            for bucket in buckets
+        ]
+    )
+
+
+@router.get(
+    "/costs",
+    operation_id="getCostReport",
+    summary="Cost per time bucket, grouped (USD as decimal strings; batch discount applied)",
+    response_model=CostReport,
+    responses=problems(404, 422),
+)
+async def get_cost_report(buckets: BucketsDep, prices: PricesDep) -> CostReport:
+    return CostReport(
+        data=[
+            CostBucket(
+                starting_at=bucket.starting_at,
+                ending_at=bucket.ending_at,
+                results=[
+                    CostResult(**group.key, amount=_decimal(group.cost)) for group in bucket.groups
+                ],
+            )
+            for bucket in buckets
+        ],
+        price_table_version=prices.version,
+    )
+
+
+def _decimal(amount: Decimal) -> str:
+    """An exact amount as a plain decimal string: ``0.1548``, ``0``."""
+    return format(amount.normalize(), "f")

@@ -241,13 +241,20 @@ async def rotate_api_key(
     return key, secret
 
 
+async def reported_tenant(session: AsyncSession, actor: Actor, tenant_id: str | None) -> str | None:
+    """Whose events or usage a caller is shown: the tenant asked for, if it administers it;
+    else its own, or (an operator's) every tenant's (None)."""
+    if tenant_id is not None:
+        return (await get_tenant(session, actor, tenant_id)).id
+    if is_operator(_caller(actor)):
+        return None
+    return _caller(actor).tenant_id
+
+
 async def list_audit_events(
     session: AsyncSession, actor: Actor, tenant_id: str | None, limit: int, cursor: str | None
 ) -> Page[AuditEvent]:
     """Audit events, newest first: of the caller's tenant, or (an operator's) of one tenant or
     of all."""
-    if tenant_id is not None:
-        await get_tenant(session, actor, tenant_id)
-    elif not is_operator(_caller(actor)):
-        tenant_id = _caller(actor).tenant_id
-    return await audit.list_events(session, tenant_id, limit, cursor)
+    shown = await reported_tenant(session, actor, tenant_id)
+    return await audit.list_events(session, shown, limit, cursor)

@@ -98,6 +98,22 @@ class ApiKey(Base):
     updated_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
 
 
+class UsageRecord(Base):
+    """An upstream call that stores no answer (the support judge, say): its usage, for the
+    usage and cost reports, which add these to the stored answers' (``app.db.usage``)."""
+
+    __tablename__ = "usage_records"
+
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    tenant_id: Mapped[str] = mapped_column(String(40), index=True)
+    api_key_id: Mapped[str | None] = mapped_column(String(40))
+    source: Mapped[str] = mapped_column(String(32))  # what made the call: judge, ...
+    model: Mapped[str] = mapped_column(String(200))
+    usage: Mapped[dict[str, int]] = mapped_column(JSON)
+    batch: Mapped[bool]
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow, index=True)
+
+
 class AuthVersion(Base):
     """One row (``id`` 1) whose ``version`` each change of any key bumps, in the change's
     transaction: a process trusts the keys it read until the version moves (app.auth.keys)."""
@@ -286,6 +302,9 @@ class Answer(Base):
     created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
     # The process (``ServiceProcess``) relaying a streamed answer; null for one asked whole.
     stream_owner: Mapped[str | None] = mapped_column(String(40))
+    # The key that asked (a batch's: the key that made the batch); null while the service ran
+    # open, and for answers stored before migration 0014. Usage and cost reports group by it.
+    api_key_id: Mapped[str | None] = mapped_column(String(40))
 
 
 class ServiceProcess(Base):

@@ -15,6 +15,10 @@ transaction: each process compares it with the version its cache of keys was rea
 disabled, revoked or rotated-out key is refused on its next request by every process.
 
 ``audit_events``: one row per admin action (who, what, when, from where); never a secret.
+
+``answers.api_key_id``: the key that asked, so that usage and cost reports, which are read from
+the stored answers (their totals are the answers' usage exactly), group by key.
+``usage_records``: the usage of upstream calls that store no answer (the support judge).
 """
 
 from collections.abc import Sequence
@@ -48,6 +52,8 @@ def upgrade() -> None:
         batch.add_column(sa.Column("previous_until", sa.DateTime(timezone=True), nullable=True))
         batch.add_column(sa.Column("updated_at", sa.DateTime(timezone=True), nullable=True))
         batch.create_unique_constraint("uq_api_keys_previous_hash", ["previous_hash"])
+    with op.batch_alter_table("answers") as batch:
+        batch.add_column(sa.Column("api_key_id", sa.String(length=40), nullable=True))
     op.create_table(
         "auth_version",
         sa.Column("id", sa.Integer(), autoincrement=False, nullable=False),
@@ -55,6 +61,20 @@ def upgrade() -> None:
         sa.PrimaryKeyConstraint("id", name=op.f("pk_auth_version")),
     )
     op.execute("INSERT INTO auth_version (id, version) VALUES (1, 1)")
+    op.create_table(
+        "usage_records",
+        sa.Column("id", sa.String(length=40), nullable=False),
+        sa.Column("tenant_id", sa.String(length=40), nullable=False),
+        sa.Column("api_key_id", sa.String(length=40), nullable=True),
+        sa.Column("source", sa.String(length=32), nullable=False),
+        sa.Column("model", sa.String(length=200), nullable=False),
+        sa.Column("usage", sa.JSON(), nullable=False),
+        sa.Column("batch", sa.Boolean(), nullable=False),
+        sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
+        sa.PrimaryKeyConstraint("id", name=op.f("pk_usage_records")),
+    )
+    op.create_index("ix_usage_records_tenant_id", "usage_records", ["tenant_id"])
+    op.create_index("ix_usage_records_created_at", "usage_records", ["created_at"])
     op.create_table(
         "audit_events",
         sa.Column("id", sa.String(length=40), nullable=False),
@@ -77,7 +97,12 @@ def upgrade() -> None:
 def downgrade() -> None:
     op.drop_index("ix_audit_events_tenant_id", table_name="audit_events")
     op.drop_table("audit_events")
+    op.drop_index("ix_usage_records_created_at", table_name="usage_records")
+    op.drop_index("ix_usage_records_tenant_id", table_name="usage_records")
+    op.drop_table("usage_records")
     op.drop_table("auth_version")
+    with op.batch_alter_table("answers") as batch:
+        batch.drop_column("api_key_id")
     with op.batch_alter_table("api_keys") as batch:
         batch.drop_constraint("uq_api_keys_previous_hash", type_="unique")
         for column in (

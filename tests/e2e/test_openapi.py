@@ -73,6 +73,8 @@ CONTRACT = {
     ("delete", "/v1/admin/api-keys/{key_id}"): "revokeApiKey",
     ("post", "/v1/admin/api-keys/{key_id}/rotate"): "rotateApiKey",
     ("get", "/v1/admin/audit-events"): "listAuditEvents",
+    ("get", "/v1/admin/usage"): "getUsageReport",
+    ("get", "/v1/admin/costs"): "getCostReport",
     ("get", "/healthz"): "getHealth",
     ("get", "/readyz"): "getReadiness",
 }
