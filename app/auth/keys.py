@@ -223,7 +223,6 @@ class KeyCache:
         clock: Callable[[], float] = time.time,
         size: int = 10_000,
     ) -> None:
-        self._engine = engine
         self._version_reader: ScalarReader | None = None
         if engine is not None:
             self.bind(engine)
@@ -238,7 +237,6 @@ class KeyCache:
     def bind(self, engine: AsyncEngine) -> None:
         """Read the version from this engine's database (``app.db.scalar``: directly, not
         through the engine's pool, as every request reads it)."""
-        self._engine = engine
         self._version_reader = ScalarReader(engine, sql_of(_VERSION), _VERSION, name=VERSION_READER)
 
     async def aclose(self) -> None:
