@@ -16,6 +16,7 @@ import uvicorn
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.auth import keys as api_keys
+from app.auth.scopes import TENANT_SCOPES, Scope
 from app.db.engine import run_in_session
 from app.db.migrations import upgrade_to_head
 from app.errors import NotFound
@@ -158,19 +159,37 @@ def _with_session(work: Callable[[AsyncSession], Awaitable[T]]) -> T:
 @keys_cli.command("create")
 def create_key(
     tenant: Annotated[str, typer.Option(help="The tenant's name; created if new.")],
+    scope: Annotated[
+        list[Scope] | None,
+        typer.Option(
+            help="A scope of the key (repeat for more). Default: read, write and admin over "
+            "its tenant; `operator` administers every tenant.",
+            show_default=False,
+        ),
+    ] = None,
+    name: Annotated[str | None, typer.Option(help="A name to tell the key by.")] = None,
 ) -> None:
     """Make a key for a tenant. The key is shown once: store it now."""
-    row, key = _with_session(lambda session: api_keys.create_key(session, tenant))
-    typer.echo(f"id: {row.id}\ntenant: {tenant}\nprefix: {row.prefix}\nkey: {key}")
+    scopes = frozenset(scope) if scope else TENANT_SCOPES
+    row, key = _with_session(
+        lambda session: api_keys.create_key(session, tenant, scopes=scopes, name=name)
+    )
+    typer.echo(
+        f"id: {row.id}\ntenant: {tenant}\nprefix: {row.prefix}\n"
+        f"scopes: {' '.join(row.scopes)}\nkey: {key}"
+    )
     typer.echo("Store the key now: only its hash is kept.", err=True)
 
 
 @keys_cli.command("list")
 def list_keys() -> None:
-    """Every key: id, tenant, prefix, created, revoked."""
+    """Every key: id, tenant, prefix, created, status, scopes, revoked."""
     for row, tenant in _with_session(api_keys.list_keys):
         revoked = row.revoked_at.isoformat() if row.revoked_at else "-"
-        typer.echo(f"{row.id}  {tenant}  {row.prefix}…  {row.created_at.isoformat()}  {revoked}")
+        typer.echo(
+            f"{row.id}  {tenant}  {row.prefix}…  {row.created_at.isoformat()}  {row.status}  "
+            f"{','.join(row.scopes)}  {revoked}"
+        )
 
 
 @keys_cli.command("revoke")

@@ -9,6 +9,7 @@ the OpenAPI problem declarations are built from it (``app.api.problems``).
     ├── InvalidRequest            422: the request is well-formed but cannot be honoured
     │   └── InvalidDocument       422: the uploaded document cannot be read (pdf_encrypted, …)
     ├── Unauthorized              401: no key, a malformed, unknown or revoked key (one answer)
+    ├── Forbidden                 403: a valid key without the scope the route needs
     ├── RateLimited               429: a per-key limit is reached; says when to retry
     ├── Conflict                  409: e.g. a conversation already answering a follow-up
     ├── MalformedBody             400: a body that cannot be read: not UTF-8 JSON, or a
@@ -46,6 +47,7 @@ PROBLEM_MEDIA_TYPE = "application/problem+json"
 _TITLES = {
     400: "Bad Request",
     401: "Unauthorized",
+    403: "Forbidden",
     404: "Not Found",
     405: "Method Not Allowed",
     408: "Request Timeout",
@@ -134,11 +136,28 @@ class ErrorCode(StrEnum):
     # Keys and limits
     UNAUTHORIZED = "unauthorized", 401, "no key, or a malformed, unknown or revoked one"
     RATE_LIMITED = "rate_limited", 429, "a per-key limit; `Retry-After` says when"
+    INSUFFICIENT_SCOPE = (
+        "insufficient_scope",
+        403,
+        "a valid key without the scope the route needs (`read`, `write`, `admin`, `operator`), "
+        "or granting a scope the caller does not hold",
+    )
     API_KEY_NOT_FOUND = (
         "api_key_not_found",
         404,
-        "`citegate keys revoke` of an unknown key id (the CLI only)",
+        "an unknown key id, or another tenant's for an `admin` key",
     )
+    API_KEY_REVOKED = (
+        "api_key_revoked",
+        409,
+        "changing or rotating a revoked key (a revoked key stays revoked)",
+    )
+    TENANT_NOT_FOUND = (
+        "tenant_not_found",
+        404,
+        "an unknown tenant id, or another tenant's for an `admin` key",
+    )
+    TENANT_NAME_TAKEN = "tenant_name_taken", 409, "a tenant with this name exists already"
     # Collections
     COLLECTION_NOT_FOUND = "collection_not_found", 404, "an unknown or deleted collection id"
     # Documents
@@ -367,6 +386,13 @@ class Unauthorized(CitegateError):
             "A valid API key is required: Authorization: Bearer <key>.",
             headers={"WWW-Authenticate": "Bearer"},
         )
+
+
+class Forbidden(CitegateError):
+    """A valid key that may not do this: ``insufficient_scope``."""
+
+    default_code = ErrorCode.INSUFFICIENT_SCOPE
+    kind_status = 403
 
 
 class RateLimited(CitegateError):

@@ -16,6 +16,7 @@ from app.answers.context import AnswerContext
 from app.answers.live import LiveAnswers
 from app.answers.store import ENDING_COLUMNS
 from app.api import (
+    admin,
     answers,
     anthropic,
     batches,
@@ -49,6 +50,7 @@ from app.local_engine.batches import LocalBatches
 from app.observability import Metrics, RequestObserver, metrics_endpoint
 from app.settings import Settings
 from app.upstream.client import UpstreamClient, create_transport
+from app.usage.prices import load_prices
 
 log = logging.getLogger(__name__)
 
@@ -78,6 +80,7 @@ def create_app(settings: Settings | None = None, *, own_process: bool = False) -
         )
         app.state.engine = engine
         app.state.sessions = create_session_factory(engine)
+        app.state.key_cache.bind(engine)
         await _check_auth(app, settings)
         # Before serving: the streams that dead processes left in progress are interrupted.
         live = LiveAnswers(app.state.sessions, settings)
@@ -148,6 +151,7 @@ def create_app(settings: Settings | None = None, *, own_process: bool = False) -
             await asyncio.to_thread(app.state.ocr_pool.close)  # waits for its workers
             with contextlib.suppress(Exception):  # else its streams are marked a lease later
                 await live.stop()
+            await app.state.key_cache.aclose()
             await engine.dispose()
 
     app = FastAPI(
@@ -162,7 +166,8 @@ def create_app(settings: Settings | None = None, *, own_process: bool = False) -
     app.state.settings = settings
     app.state.metrics = metrics
     app.state.key_limits = KeyLimits(settings, metrics)
-    app.state.key_cache = keys.KeyCache(settings.recheck_seconds)
+    app.state.key_cache = keys.KeyCache()
+    app.state.prices = load_prices(settings.prices_file)  # a bad table stops the start
     app.state.pdf_pages = PdfPages()
     app.state.ocr_pool = OcrPool(settings.ocr_workers or os.cpu_count() or 1)
     app.state.source_cache = SourceCache(settings.source_cache_chars, settings.recheck_seconds)
@@ -190,6 +195,7 @@ def create_app(settings: Settings | None = None, *, own_process: bool = False) -
     app.include_router(seeing.api, dependencies=authenticated)
     app.include_router(seeing.public)
     app.include_router(batches.router, dependencies=authenticated)
+    app.include_router(admin.router, dependencies=authenticated)
     add_docs(app)
     return app
 

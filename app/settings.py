@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import secrets
+from pathlib import Path
 from typing import Literal
 
 from pydantic import AliasChoices, Field, SecretStr
@@ -91,15 +92,22 @@ class Settings(BaseSettings):
         default=5.0,
         ge=0,
         le=3600,
-        description="How long a process trusts what the database said about a key (valid; any "
-        "key exists) or a document (it exists): a revoked key is refused, and a document deleted "
-        "through another process is refused, within this long. 0: ask on every request.",
+        description="How long a process trusts what the database said about a document (it "
+        "exists): a document deleted through another process is refused within this long. 0: "
+        "ask on every request. (Keys are never trusted past a change: every process sees a "
+        "disabled, revoked or rotated key on its next request.)",
     )
     rate_limit_per_minute: int = Field(
         default=600, ge=0, description="Requests per minute per API key; 0 turns it off."
     )
     token_limit_per_day: int = Field(
         default=0, ge=0, description="Upstream tokens per day per API key; 0 turns it off."
+    )
+    prices_file: Path | None = Field(
+        default=None,
+        description="A price table (JSON, in the shape of app/usage/prices.json) that replaces "
+        "the one shipped, for cost reports: USD per million tokens per model, with a version "
+        "and the batch discount.",
     )
     redis_url: str | None = Field(
         default=None,

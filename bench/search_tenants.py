@@ -33,7 +33,7 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
-import asyncpg  # type: ignore[import-untyped]
+import asyncpg
 from retrieval import TextMaker
 from sqlalchemy import text
 from sqlalchemy.engine import make_url

@@ -18,7 +18,7 @@ import hypothesis
 import pytest
 import uvicorn
 from pydantic import SecretStr
-from sqlalchemy import delete, text
+from sqlalchemy import delete, text, update
 from sqlalchemy.engine import make_url
 from sqlalchemy.pool import NullPool
 from starlette.types import ASGIApp
@@ -31,12 +31,15 @@ from app.db.models import (
     AnswerBatch,
     AnswerBatchRequest,
     ApiKey,
+    AuditEvent,
+    AuthVersion,
     Collection,
     Conversation,
     Document,
     LocalEngineBatch,
     LocalEngineResult,
     Tenant,
+    UsageRecord,
 )
 from app.http_protocol import HeaderTimeoutProtocol
 from app.main import create_app
@@ -181,6 +184,10 @@ async def _delete_everything(url: str) -> None:
         await connection.execute(delete(Collection))
         await connection.execute(delete(Document))  # blobs and chunks go by cascade
         await connection.execute(delete(ApiKey))
+        await connection.execute(delete(AuditEvent))
+        await connection.execute(delete(UsageRecord))
+        # As every change of keys does: the served apps read their keys again.
+        await connection.execute(update(AuthVersion).values(version=AuthVersion.version + 1))
         await connection.execute(delete(Tenant).where(Tenant.id != DEFAULT_TENANT_ID))
     await engine.dispose()
 

@@ -84,7 +84,7 @@ async def store_answer(
     ``begun``: its row was inserted then, when its stream began (``begin_answer``), and is
     now finished (``ENDING_COLUMNS``)."""
     await context.limits.spend_tokens(principal, sum(reply.usage.values()))
-    row = answer_row(prepared, principal.tenant_id, reply)
+    row = answer_row(prepared, principal.tenant_id, reply, key_id=principal.key_id)
     if prepared.support == "judge" and reply.status == "completed":
         judged = await judge_segments(context, row["segments"], reply.model)
         if judged is not None:
@@ -111,7 +111,9 @@ async def begin_answer(
 ) -> datetime:
     """Insert the row of a stream that has begun, in progress and owned by this process, with
     what arrived so far; when it was made (the Answer's ``created_at``)."""
-    row = answer_row(prepared, principal.tenant_id, reply, owner=context.live.owner)
+    row = answer_row(
+        prepared, principal.tenant_id, reply, owner=context.live.owner, key_id=principal.key_id
+    )
     await context.answers.insert(row)
     return row["created_at"]  # type: ignore[no-any-return]
 
@@ -124,6 +126,7 @@ def answer_row(
     batch_id: str | None = None,
     documents: list[dict[str, Any]] | None = None,
     owner: str | None = None,
+    key_id: str | None = None,
 ) -> dict[str, Any]:
     """The row of the answer ``reply`` gives to ``prepared``, every citation resolved. Pure:
     the same for an answer asked alone and for one of a batch (``documents`` as described when
@@ -153,6 +156,7 @@ def answer_row(
         "batch_id": batch_id,
         "created_at": utcnow(),
         "stream_owner": owner,
+        "api_key_id": key_id,
     }
 
 

@@ -69,9 +69,10 @@ class BodyChecks:
                 )
                 await self.rendering.response(path, error)(scope, receive, send)
                 return
-            # Only a POST: every route that reads a body is one, and a route that does not
-            # read its body would meet the check in whatever listens for the client leaving.
-            if scope["method"] == "POST":
+            # Only a POST or a PATCH: every route that reads a body is one, and a route that
+            # does not read its body would meet the check in whatever listens for the client
+            # leaving.
+            if scope["method"] in ("POST", "PATCH"):
                 receive = CheckedBody.of(path, headers.get("content-type"), receive) or receive
             if (declared.isdigit() and declared != "0") or "transfer-encoding" in headers:
                 body = PacedBody(receive, self.body_timeout if self.paced else None, self.body_rate)

@@ -14,13 +14,14 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from app.answers.context import AnswerContext
 from app.auth.keys import KeyCache, Principal, Sessions, authenticate
 from app.auth.limits import KeyLimits
+from app.auth.scopes import allows, required_scope
 from app.db.models import DEFAULT_TENANT_ID
 from app.db.unavailable import unreachable
 from app.documents.ocr_jobs import OcrJobs
 from app.documents.pages import PdfPages
 from app.documents.reading import OcrOptions
 from app.documents.sources import SourceCache
-from app.errors import Unauthorized
+from app.errors import Forbidden, Unauthorized
 from app.ids import NO_NUL
 from app.pagination import DEFAULT_LIMIT, MAX_LIMIT, PageCursor
 from app.settings import Settings
@@ -122,9 +123,16 @@ async def require_principal(
 
 
 async def _admit(request: Request, principal: Principal | None) -> Principal:
-    """The authenticated caller, counted against its key's limit; 401 for None."""
+    """The authenticated caller, if its key has the route's scope, counted against its key's
+    limit; 401 for None, and for the open service's caller at an admin route (never open)."""
     if principal is None:
         raise Unauthorized
+    route = request.scope.get("route")
+    needed = required_scope(request.method, getattr(route, "path", request.url.path))
+    if not allows(principal.scopes, needed):
+        if principal.key_id is None:
+            raise Unauthorized
+        raise Forbidden(f"This API key lacks the `{needed}` scope that this route needs.")
     request.state.tenant_id = principal.tenant_id  # for the request log; never the key
     limits: KeyLimits = request.app.state.key_limits
     await limits.count_request(principal)
@@ -144,8 +152,10 @@ async def require_anthropic_principal(request: Request) -> Principal:
     cache: KeyCache = request.app.state.key_cache
     sessions: Sessions = request.app.state.sessions
     principal = await authenticate(sessions, presented, cache)
-    if principal is None and presented is not None and not await cache.any_key_exists(sessions):
-        principal = Principal(DEFAULT_TENANT_ID, None)
+    if principal is None and presented is not None:
+        version = await cache.current_version()
+        if not await cache.any_key_exists(sessions, version):
+            principal = Principal(DEFAULT_TENANT_ID, None)
     return await _admit(request, principal)
 
 

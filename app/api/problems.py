@@ -155,6 +155,14 @@ _DECLARATIONS: dict[int, tuple[str, dict[str, Any], dict[str, Any]]] = {
         ),
         {},
     ),
+    403: (
+        "The API key is valid but lacks the scope this route needs (`insufficient_scope`).",
+        problem_body(
+            ErrorCode.INSUFFICIENT_SCOPE,
+            "This API key lacks the `write` scope that this route needs.",
+        ),
+        {},
+    ),
     413: (
         "The body or the document is larger than the limit.",
         problem_body(
@@ -228,7 +236,7 @@ _DECLARATIONS: dict[int, tuple[str, dict[str, Any], dict[str, Any]]] = {
 
 # What the auth dependency of every /v1 route can answer; it reads keys from the database,
 # as every /v1 route does (503 database_unavailable when it cannot be reached).
-AUTH_PROBLEMS = (401, 429, 503)
+AUTH_PROBLEMS = (401, 403, 429, 503)
 # What a route with a request body can answer before it reads the body's fields.
 BODY_PROBLEMS = (400, 422)
 # What a call to the upstream can add.

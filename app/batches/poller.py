@@ -337,6 +337,8 @@ class BatchPoller:
             _resolve_all, batch.id, batch.tenant_id, requests, by_id, indexes
         )
         answers = [values for _, _, values in stored if values is not None]
+        for answer in answers:
+            answer["api_key_id"] = batch.key_id  # whose usage it is
         async with self._context.engine.begin() as connection:
             if answers:
                 await connection.execute(_insert_once(connection), answers)

@@ -7,6 +7,7 @@ from typing import Any
 
 from sqlalchemy import (
     JSON,
+    BigInteger,
     DateTime,
     Float,
     ForeignKey,
@@ -85,6 +86,63 @@ class ApiKey(Base):
     key_hash: Mapped[str] = mapped_column(String(64), unique=True)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
     revoked_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    name: Mapped[str | None] = mapped_column(String(200))
+    # Of read, write, admin, operator (app.auth.scopes); keys older than migration 0017 have
+    # the first three.
+    scopes: Mapped[list[str]] = mapped_column(JSON)
+    status: Mapped[str] = mapped_column(String(16), default="active")  # active | disabled
+    expires_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    # After a rotation: the previous secret's hash, which works until ``previous_until``.
+    previous_hash: Mapped[str | None] = mapped_column(String(64), unique=True)
+    previous_until: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    updated_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+
+
+class UsageRecord(Base):
+    """An upstream call that stores no answer (the support judge, say): its usage, for the
+    usage and cost reports, which add these to the stored answers' (``app.db.usage``)."""
+
+    __tablename__ = "usage_records"
+
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    tenant_id: Mapped[str] = mapped_column(String(40), index=True)
+    api_key_id: Mapped[str | None] = mapped_column(String(40))
+    source: Mapped[str] = mapped_column(String(32))  # what made the call: judge, ...
+    model: Mapped[str] = mapped_column(String(200))
+    usage: Mapped[dict[str, int]] = mapped_column(JSON)
+    batch: Mapped[bool]
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow, index=True)
+
+
+class AuthVersion(Base):
+    """One row (``id`` 1) whose ``version`` each change of any key bumps, in the change's
+    transaction: a process trusts the keys it read until the version moves (app.auth.keys)."""
+
+    __tablename__ = "auth_version"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
+    version: Mapped[int] = mapped_column(BigInteger)
+
+
+class AuditEvent(Base):
+    """An admin action: who (the key and its tenant), what (``action`` on a target), when,
+    from where (the client's address), and the fields it changed. Never a secret."""
+
+    __tablename__ = "audit_events"
+
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    # The tenant the target belongs to: an admin lists the events of its own tenant.
+    tenant_id: Mapped[str | None] = mapped_column(String(40), index=True)
+    actor_key_id: Mapped[str | None] = mapped_column(String(40))
+    actor_tenant_id: Mapped[str | None] = mapped_column(String(40))
+    via: Mapped[str] = mapped_column(String(16))  # http | cli | bootstrap
+    action: Mapped[str] = mapped_column(String(64))
+    target_type: Mapped[str] = mapped_column(String(32))
+    target_id: Mapped[str] = mapped_column(String(40))
+    client_address: Mapped[str | None] = mapped_column(String(64))
+    request_id: Mapped[str | None] = mapped_column(String(64))
+    details: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
 
 
 class Document(Base):
@@ -288,6 +346,9 @@ class Answer(Base):
     created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
     # The process (``ServiceProcess``) relaying a streamed answer; null for one asked whole.
     stream_owner: Mapped[str | None] = mapped_column(String(40))
+    # The key that asked (a batch's: the key that made the batch); null while the service ran
+    # open, and for answers stored before migration 0017. Usage and cost reports group by it.
+    api_key_id: Mapped[str | None] = mapped_column(String(40))
 
 
 class ServiceProcess(Base):

@@ -87,11 +87,16 @@ def test_keys_create_list_revoke(fresh_sqlite: dict[str, str]) -> None:
     created = dict(line.split(": ", 1) for line in run("create", "--tenant", "acme").splitlines())
     assert created["key"].startswith("cg_") and len(created["key"]) >= 40
     assert created["key"].startswith(created["prefix"])
+    assert created["scopes"] == "admin read write"  # every scope over its own tenant
+    operator = run("create", "--tenant", "platform", "--scope", "operator", "--name", "ops")
+    assert "scopes: operator\n" in operator
     listed = run("list")
+    assert "active  admin,read,write  -" in listed and "active  operator  -" in listed
     assert created["id"] in listed and "acme" in listed and created["prefix"] in listed
     assert created["key"] not in listed  # shown once, never again
     assert run("revoke", created["id"]).strip() == f"revoked {created['id']}"
-    assert listed.split()[-1] == "-" and run("list").split()[-1] != "-"
+    revoked_line = next(line for line in run("list").splitlines() if created["id"] in line)
+    assert revoked_line.split()[-1] != "-"
     missing = subprocess.run(
         [CITEGATE, "keys", "revoke", "key_nope"], env=fresh_sqlite, capture_output=True, timeout=60
     )

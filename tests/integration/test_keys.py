@@ -1,13 +1,16 @@
 """API keys in the database: the bootstrap key, ensured by replicas starting together, and
-what a process remembers of keys between requests."""
+what a process remembers of keys between requests: until the key version moves, or its
+clock passes the key's expiry or a rotation's grace."""
 
 from __future__ import annotations
 
 import asyncio
 import secrets
+import time
+from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import func, select
+from sqlalchemy import func, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.auth import keys
@@ -42,18 +45,30 @@ def test_replicas_ensuring_the_same_bootstrap_key_make_one(client: Any, database
 
 
 class Remembering:
-    """Authentication through one KeyCache, on a clock the test sets."""
+    """Authentication through one KeyCache, on a clock the test sets, counting the sessions
+    it opens (to read a key) and the reads of the key version."""
 
-    def __init__(self, database_url: str, seconds: float) -> None:
+    def __init__(self, database_url: str) -> None:
         self.database_url = database_url
-        self.now = 1000.0
-        self.cache = keys.KeyCache(seconds, lambda: self.now)
+        self.now = float(int(time.time()))  # whole seconds: exact in floats and datetimes
+        self.cache = keys.KeyCache(clock=lambda: self.now)
         self.sessions_opened = 0
+        self.version_reads = 0
 
-    def check(self, key: str | None) -> keys.Principal | None:
+    def check(self, key: str | None, times: int = 1) -> keys.Principal | None:
         async def run() -> keys.Principal | None:
             engine = create_engine(self.database_url)
+            self.cache.bind(engine)
             sessions = create_session_factory(engine)
+            reader = self.cache._version_reader
+            assert reader is not None
+            read = reader.read
+
+            async def counting() -> int:  # the reader itself reads; this only counts
+                self.version_reads += 1
+                return await read()
+
+            reader.read = counting  # type: ignore[method-assign]
 
             def opening() -> AsyncSession:
                 self.sessions_opened += 1
@@ -61,8 +76,13 @@ class Remembering:
                 return session
 
             try:
-                return await keys.authenticate(opening, key, self.cache)
+                answers = await asyncio.gather(
+                    *(keys.authenticate(opening, key, self.cache) for _ in range(times))
+                )
+                assert len(set(answers)) == 1
+                return answers[0]
             finally:
+                await self.cache.aclose()
                 await engine.dispose()
 
         return asyncio.run(run())
@@ -74,51 +94,102 @@ class Remembering:
     def revoke(self, key_id: str) -> None:  # as `citegate keys revoke` does, from outside
         run_in_session(self.database_url, lambda s: keys.revoke_key(s, key_id))
 
+    def change(self, key_id: str, **values: Any) -> None:
+        """Change a key's row behind the service's back, bumping the version or not."""
+        bump = values.pop("bump", True)
+
+        async def work(session: AsyncSession) -> None:
+            await session.execute(update(ApiKey).where(ApiKey.id == key_id).values(**values))
+            if bump:
+                await keys.bump_version(session)
+            await session.commit()
+
+        run_in_session(self.database_url, work)
+
 
 OPEN = keys.Principal(DEFAULT_TENANT_ID, None)
 
 
-def test_a_revoked_key_works_until_the_cache_forgets_it(client: Any, database_url: str) -> None:
-    auth = Remembering(database_url, seconds=5)
+def test_an_unchanged_key_is_read_once_and_a_revoked_one_refused_at_once(
+    client: Any, database_url: str
+) -> None:
+    auth = Remembering(database_url)
     key_id, key = auth.make_key()
     principal = auth.check(key)
     assert principal is not None and principal.key_id == key_id
-    assert auth.sessions_opened == 1
-    auth.revoke(key_id)
-    auth.now = 1004.9
-    assert auth.check(key) == principal
-    assert auth.sessions_opened == 1  # remembered: the database was not asked again
-    auth.now = 1005.0
+    assert principal.scopes == {"read", "write", "admin"}
+    for _ in range(3):
+        assert auth.check(key) == principal
+    assert auth.sessions_opened == 1  # the key was read once; only the version each time
+    assert auth.version_reads == 4
+    auth.revoke(key_id)  # from another process
     assert auth.check(key) is None
     assert auth.check(key) is None  # and the refusal stands
 
 
-def test_a_refused_key_is_not_remembered(client: Any, database_url: str) -> None:
-    auth = Remembering(database_url, seconds=5)
+def test_the_version_is_what_tells_a_change(client: Any, database_url: str) -> None:
+    auth = Remembering(database_url)
+    key_id, key = auth.make_key()
+    assert auth.check(key) is not None
+    # A change that does not bump the version is not seen: the version is the signal.
+    auth.change(key_id, status="disabled", bump=False)
+    assert auth.check(key) is not None
+    auth.change(key_id, scopes=["read"])
+    assert auth.check(key) is None  # disabled, now that the version moved
+    auth.change(key_id, status="active")
+    enabled = auth.check(key)
+    assert enabled is not None and enabled.scopes == {"read"}
+
+
+def test_expiry_and_grace_are_kept_by_the_clock(client: Any, database_url: str) -> None:
+    auth = Remembering(database_url)
+    key_id, key = auth.make_key()
+    ends = datetime.fromtimestamp(auth.now + 60, UTC)
+    auth.change(key_id, expires_at=ends)
+    assert auth.check(key) is not None
+    opened = auth.sessions_opened
+    auth.now += 59.5
+    assert auth.check(key) is not None
+    auth.now += 0.5
+    assert auth.check(key) is None
+    assert auth.sessions_opened == opened  # the clock, not the database, said so
+    # A previous secret, as a rotation leaves it: good until its grace ends.
+    old = keys.generate_key()
+    auth.change(
+        key_id,
+        expires_at=None,
+        previous_hash=keys.hash_key(old),
+        previous_until=datetime.fromtimestamp(auth.now + 10, UTC),
+    )
+    assert auth.check(old) is not None and auth.check(key) is not None
+    auth.now += 10
+    assert auth.check(old) is None
+    assert auth.check(key) is not None
+
+
+def test_a_refused_key_works_once_made(client: Any, database_url: str) -> None:
+    auth = Remembering(database_url)
     key = keys.generate_key()
     assert auth.check(key) is None
     key_id, _ = auth.make_key(key)
-    principal = auth.check(key)  # at the same moment
+    principal = auth.check(key)
     assert principal is not None and principal.key_id == key_id
 
 
-def test_an_open_service_asks_for_keys_once_the_cache_forgets(
+def test_an_open_service_asks_for_a_key_once_one_exists(client: Any, database_url: str) -> None:
+    auth = Remembering(database_url)
+    assert auth.check(None) == OPEN
+    assert auth.check(None) == OPEN
+    assert auth.sessions_opened == 1
+    auth.make_key()
+    assert auth.check(None) is None
+
+
+def test_requests_arriving_together_share_reads_of_the_version(
     client: Any, database_url: str
 ) -> None:
-    auth = Remembering(database_url, seconds=5)
-    assert auth.check(None) == OPEN
-    auth.make_key()
-    auth.now = 1004.9
-    assert auth.check(None) == OPEN
-    auth.now = 1005.0
-    assert auth.check(None) is None
-
-
-def test_with_no_cache_every_request_asks_the_database(client: Any, database_url: str) -> None:
-    auth = Remembering(database_url, seconds=0)
-    assert auth.check(None) == OPEN
-    key_id, key = auth.make_key()
-    assert auth.check(None) is None
-    assert auth.check(key) is not None
-    auth.revoke(key_id)
-    assert auth.check(key) is None
+    auth = Remembering(database_url)
+    _, key = auth.make_key()
+    assert auth.check(key, times=50) is not None
+    # One read under way and the next one, for all who arrived while the first ran.
+    assert 1 <= auth.version_reads <= 2

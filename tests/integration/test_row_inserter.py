@@ -54,6 +54,7 @@ def answer_row(answer_id: str) -> dict[str, Any]:
         "upstream_request_id": None,
         "batch_id": None,
         "stream_owner": None,
+        "api_key_id": "key_1",
         # Not in UTC: the column's own processor (UTCDateTime) is what makes it UTC.
         "created_at": datetime(
             2026, 12, 2, 11, 30, 15, 123456, tzinfo=timezone(timedelta(hours=2))

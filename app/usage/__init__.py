@@ -1,0 +1,1 @@
+"""Usage and cost: reports read from the stored answers, priced by a versioned table."""

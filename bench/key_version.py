@@ -1,0 +1,68 @@
+"""What one read of the key version costs in the process: through the engine, and the way each
+request reads it (app/db/scalar.py: a kept connection of its own, driver only).
+
+    .venv/bin/python bench/key_version.py [--database-url URL] [--reads 2000]
+
+CPU time of the process (``time.process_time``) over ``--reads`` reads, after 50 to warm up;
+a new SQLite file by default, migrated. On PostgreSQL the server's own work is not counted
+(bench/overhead.py counts the backends').
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import tempfile
+import time
+from collections.abc import Awaitable, Callable
+
+from harness import make_database
+
+from app.auth.keys import _VERSION
+from app.db.engine import create_engine
+from app.db.migrations import upgrade_to_head
+from app.db.scalar import ScalarReader, sql_of
+
+
+async def cpu_per_read(read: Callable[[], Awaitable[int]], reads: int) -> float:
+    for _ in range(50):
+        await read()
+    started = time.process_time()
+    for _ in range(reads):
+        await read()
+    return (time.process_time() - started) / reads
+
+
+async def measure(url: str, reads: int) -> None:
+    engine = create_engine(url)
+    reader = ScalarReader(engine, sql_of(_VERSION), _VERSION, name="citegate-bench")
+
+    async def through_engine() -> int:
+        async with engine.connect() as connection:
+            return int(await connection.scalar(_VERSION) or 0)
+
+    try:
+        for name, read in (("through the engine", through_engine), ("directly", reader.read)):
+            print(f"{name:20} {await cpu_per_read(read, reads) * 1e6:8.1f} us CPU per read")
+    finally:
+        await reader.aclose()
+        await engine.dispose()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--database-url", help="default: a new SQLite file")
+    parser.add_argument("--reads", type=int, default=2000)
+    args = parser.parse_args()
+    url = args.database_url
+    if url is None:
+        url = f"sqlite+aiosqlite:///{tempfile.mkdtemp(prefix='citegate-bench-')}/bench.db"
+    else:
+        make_database(url, fresh=True)
+    upgrade_to_head(url)
+    print(f"database: {url.split('://')[0]}")
+    asyncio.run(measure(url, args.reads))
+
+
+if __name__ == "__main__":
+    main()
