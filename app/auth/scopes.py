@@ -44,7 +44,12 @@ class Principal:
 
 # POSTs that only read: searching, and counting an answer's tokens.
 _READING_POSTS = frozenset(
-    {"/v1/search", "/v1/answers/count-tokens", "/anthropic/v1/messages/count_tokens"}
+    {
+        "/v1/search",
+        "/v1/answers/count-tokens",
+        "/anthropic/v1/messages/count_tokens",
+        "/openai/v1/vector_stores/{vector_store_id}/search",
+    }
 )
 _READING_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 

@@ -89,3 +89,19 @@ def test_the_compatible_api_checks_scopes_too(platform: Platform, client: httpx.
     )
     assert counted.status_code == 200, counted.text
     assert client.get("/anthropic/v1/files", headers=bearer(reader)).status_code == 200
+
+
+def test_the_openai_api_checks_scopes_too(platform: Platform, client: httpx.Client) -> None:
+    reader = bearer(platform.new_key(platform.a["id"], ["read"])["secret"])
+    writer = bearer(platform.new_key(platform.a["id"], ["write"])["secret"])
+    body = {"model": "claude-sonnet-4-5", "messages": [{"role": "user", "content": "Hello"}]}
+    refused = client.post("/openai/v1/chat/completions", json=body, headers=reader)
+    assert refused.status_code == 403, refused.text
+    error = refused.json()["error"]  # in OpenAI's shape
+    assert (error["type"], error["code"]) == ("permission_error", "insufficient_scope")
+    store = client.post("/openai/v1/vector_stores", json={"name": "s"}, headers=writer)
+    assert store.status_code == 200, store.text
+    search = f"/openai/v1/vector_stores/{store.json()['id']}/search"
+    searched = client.post(search, json={"query": "grass"}, headers=reader)  # only reads
+    assert searched.status_code == 200, searched.text
+    assert client.get("/openai/v1/files", headers=reader).status_code == 200
