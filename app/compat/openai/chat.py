@@ -22,7 +22,14 @@ from pydantic import ValidationError
 from app.answers.prompt import Turn
 from app.answers.schemas import AnswerRequest
 from app.compat.openai.errors import invalid, unsupported
-from app.compat.openai.shapes import chat_usage, finish_reason, title_for, titles_of, url_citation
+from app.compat.openai.shapes import (
+    asks_nothing,
+    chat_usage,
+    finish_reason,
+    title_for,
+    titles_of,
+    url_citation,
+)
 from app.errors import CitegateError, ErrorCode
 
 # Parameters with no effect on a cited answer, dropped whatever their value.
@@ -43,30 +50,26 @@ _DROPPED = frozenset(
 )
 
 
-def _no(value: Any) -> bool:
-    return value is None or value is False or value == [] or value == {}
-
-
 # Parameters accepted only with a value that asks for nothing Claude cannot do.
 _HARMLESS_WHEN: dict[str, Callable[[Any], bool]] = {
     "n": lambda value: value in (None, 1),
-    "logprobs": _no,
+    "logprobs": asks_nothing,
     "top_logprobs": lambda value: value in (None, 0),
-    "tools": _no,
+    "tools": asks_nothing,
     "tool_choice": lambda value: value in (None, "none", "auto"),
-    "functions": _no,
+    "functions": asks_nothing,
     "function_call": lambda value: value in (None, "none", "auto"),
     "response_format": lambda value: value is None or value == {"type": "text"},
     "modalities": lambda value: value in (None, ["text"]),
     "frequency_penalty": lambda value: value in (None, 0),
     "presence_penalty": lambda value: value in (None, 0),
-    "logit_bias": _no,
-    "stop": _no,
-    "audio": _no,
-    "prediction": _no,
-    "reasoning_effort": _no,
-    "web_search_options": _no,
-    "verbosity": _no,
+    "logit_bias": asks_nothing,
+    "stop": asks_nothing,
+    "audio": asks_nothing,
+    "prediction": asks_nothing,
+    "reasoning_effort": asks_nothing,
+    "web_search_options": asks_nothing,
+    "verbosity": asks_nothing,
 }
 _REFUSALS = {
     "n": "Citegate answers with one choice: n must be 1.",

@@ -22,7 +22,7 @@ from app.answers.prompt import Turn
 from app.answers.schemas import AnswerRequest, Retrieval
 from app.compat.openai.chat import parse_json_object
 from app.compat.openai.errors import invalid, unsupported
-from app.compat.openai.shapes import citegate_of, responses_usage
+from app.compat.openai.shapes import asks_nothing, citegate_of, responses_usage
 from app.errors import CitegateError
 
 INCLUDE_RESULTS = "file_search_call.results"
@@ -44,21 +44,17 @@ _DROPPED = frozenset(
 )
 
 
-def _no(value: Any) -> bool:
-    return value is None or value is False or value == [] or value == {}
-
-
 _HARMLESS_WHEN: dict[str, Callable[[Any], bool]] = {
     "tool_choice": lambda value: (
         value in (None, "auto", "required") or value == {"type": "file_search"}
     ),
     "text": lambda value: value is None or value in ({}, {"format": {"type": "text"}}),
     "truncation": lambda value: value in (None, "disabled", "auto"),
-    "reasoning": lambda value: _no(value) or value == {"effort": None, "summary": None},
-    "background": _no,
+    "reasoning": lambda value: asks_nothing(value) or value == {"effort": None, "summary": None},
+    "background": asks_nothing,
     "top_logprobs": lambda value: value in (None, 0),
-    "conversation": _no,
-    "prompt": _no,
+    "conversation": asks_nothing,
+    "prompt": asks_nothing,
 }
 _REFUSALS = {
     "tool_choice": "Citegate answers over documents and calls no other tool.",
@@ -169,7 +165,7 @@ def _tools(value: Any) -> tuple[str | None, int | None]:
         for name, setting in tool.items():
             if name in ("type", "vector_store_ids", "max_num_results"):
                 continue
-            if name in ("ranking_options", "filters") and _no(setting):
+            if name in ("ranking_options", "filters") and asks_nothing(setting):
                 continue
             raise unsupported(f"{where}.{name}", f"Citegate's file_search takes no {name}.")
         ids = tool.get("vector_store_ids")

@@ -24,6 +24,12 @@ _FINISH_REASONS = {
 }
 
 
+def asks_nothing(value: Any) -> bool:
+    """Whether a parameter's value asks for nothing (absent, false or empty): what a parameter
+    Claude cannot honour may be sent with."""
+    return value is None or value is False or value == [] or value == {}
+
+
 def citegate_of(citation: dict[str, Any]) -> dict[str, Any]:
     """Citegate's resolution of a citation, as the ``citegate`` object of an annotation."""
     shown = {name: citation.get(name) for name in _CITEGATE_FIELDS}
