@@ -121,7 +121,9 @@ def create_app(settings: Settings | None = None, *, own_process: bool = False) -
             poll_seconds=settings.ocr_poll_seconds,
             max_jobs=settings.ocr_workers or os.cpu_count() or 1,
         )
-        ocr_reader = asyncio.create_task(app.state.ocr_jobs.run())
+        ocr_reader = None
+        if settings.ocr != "off":  # a process with OCR off reads no page, not even another's
+            ocr_reader = asyncio.create_task(app.state.ocr_jobs.run())
         watcher = asyncio.create_task(metrics.watch_event_loop())
         keeper = asyncio.create_task(live.run())
         app.state.batch_poller = BatchPoller(app.state.answer_context)
@@ -135,7 +137,8 @@ def create_app(settings: Settings | None = None, *, own_process: bool = False) -
             # the time a request's headers take (app.http_protocol).
             yield {HEADER_TIMEOUT_STATE: settings.header_timeout_seconds}
         finally:
-            ocr_reader.cancel()
+            if ocr_reader is not None:
+                ocr_reader.cancel()
             await app.state.ocr_jobs.stop()  # their leases run out: another process goes on
             watcher.cancel()
             keeper.cancel()

@@ -256,7 +256,8 @@ class Settings(BaseSettings):
     ocr: Literal["auto", "off", "force"] = Field(
         default="auto",
         description="Which PDF pages are read by OCR (Tesseract): `auto` those with no text "
-        "layer or a garbage one, `off` none (they stay without text), `force` every page.",
+        "layer or a garbage one, `off` none (they stay without text, and this process takes no "
+        "OCR job another process stored), `force` every page.",
     )
     ocr_languages: str = Field(
         default="eng+deu+fra+spa+ita+por+rus+ara+chi_sim+jpn",
