@@ -4,49 +4,22 @@ app and the local engine: one node run, its findings checked here."""
 
 from __future__ import annotations
 
-import json
-import os
-import shutil
-import subprocess
 from pathlib import Path
 from typing import Any
 
 import httpx
-import pytest
 
 from tests.conftest import Served
 from tests.e2e.test_anthropic_compat import QUESTION
 from tests.e2e.test_auth import bearer, make_key
-from tests.fake_upstream import GRASS
 from tests.fixture_files import AMAZON_PDF
+from tests.node_check import run_node_check
 
 TS_SDK = Path(__file__).parents[1] / "ts_sdk"
 
 
 def run_check(base_url: str, key: str) -> dict[str, Any]:
-    node = shutil.which("node")
-    if node is None or not (TS_SDK / "node_modules" / "@anthropic-ai" / "sdk").is_dir():
-        pytest.fail(f"needs Node.js 20 and `npm ci` in {TS_SDK} (scripts/test runs it)")
-    env = {
-        **os.environ,
-        "CITEGATE_BASE_URL": base_url,
-        "CITEGATE_KEY": key,
-        "CITEGATE_TEXT": GRASS,
-        "CITEGATE_PDF": str(AMAZON_PDF),
-        "CITEGATE_QUESTION": QUESTION,
-    }
-    result = subprocess.run(
-        [node, "check.mjs"],
-        cwd=TS_SDK,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert result.returncode == 0, result.stderr
-    found: dict[str, Any] = json.loads(result.stdout)
-    return found
+    return run_node_check(TS_SDK, "@anthropic-ai/sdk", base_url, key, QUESTION)
 
 
 def test_the_typescript_sdk(client: httpx.Client, served: Served, database_url: str) -> None:

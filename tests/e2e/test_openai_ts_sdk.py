@@ -4,49 +4,23 @@ served app and the local engine: one node run, its findings checked here."""
 
 from __future__ import annotations
 
-import json
-import os
-import shutil
-import subprocess
 from pathlib import Path
 from typing import Any
 
 import httpx
-import pytest
 
 from tests.conftest import Served
 from tests.e2e.test_auth import bearer, make_key
 from tests.e2e.test_openai_chat import QUESTION
 from tests.fake_upstream import GRASS
 from tests.fixture_files import AMAZON_PDF
+from tests.node_check import run_node_check
 
 TS_OPENAI = Path(__file__).parents[1] / "ts_openai"
 
 
 def run_check(base_url: str, key: str) -> dict[str, Any]:
-    node = shutil.which("node")
-    if node is None or not (TS_OPENAI / "node_modules" / "openai").is_dir():
-        pytest.fail(f"needs Node.js 20 and `npm ci` in {TS_OPENAI} (scripts/test runs it)")
-    env = {
-        **os.environ,
-        "CITEGATE_BASE_URL": base_url,
-        "CITEGATE_KEY": key,
-        "CITEGATE_TEXT": GRASS,
-        "CITEGATE_PDF": str(AMAZON_PDF),
-        "CITEGATE_QUESTION": QUESTION,
-    }
-    result = subprocess.run(
-        [node, "check.mjs"],
-        cwd=TS_OPENAI,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert result.returncode == 0, result.stderr
-    found: dict[str, Any] = json.loads(result.stdout)
-    return found
+    return run_node_check(TS_OPENAI, "openai", base_url, key, QUESTION)
 
 
 def _quoted(base_url: str, key: str, citegate: dict[str, Any]) -> str:
