@@ -11,13 +11,14 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from email.message import Message
-from typing import Any
+from typing import Any, TypeVar
 
 import orjson
 from anyio import to_thread
-from sqlalchemy import delete, insert, select
+from sqlalchemy import Select, delete, insert, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.orm import InstrumentedAttribute
 
 from app.db.blobs import insert_blob
 from app.db.models import (
@@ -483,11 +484,7 @@ async def list_pages(
     """How each page of a PDF was read, in page order (none for other kinds)."""
     document = await get_document(session, tenant_id, document_id)
     query = select(DocumentPageRow).where(DocumentPageRow.document_id == document.id)
-    if cursor is not None:
-        query = query.where(DocumentPageRow.page_number > decode_index_cursor(cursor))
-    query = query.order_by(DocumentPageRow.page_number).limit(limit + 1)
-    rows = (await session.scalars(query)).all()
-    return paginate(rows, limit, key=lambda page: page.page_number)
+    return await _in_order(session, query, DocumentPageRow.page_number, limit, cursor)
 
 
 async def get_document(session: AsyncSession, tenant_id: str, document_id: str) -> Document:
@@ -519,11 +516,24 @@ async def list_chunks(
     """In document order."""
     document = await get_document(session, tenant_id, document_id)
     query = select(DocumentChunk).where(DocumentChunk.document_id == document.id)
+    return await _in_order(session, query, DocumentChunk.chunk_index, limit, cursor)
+
+
+Row = TypeVar("Row")
+
+
+async def _in_order(
+    session: AsyncSession,
+    query: Select[Row],
+    position: InstrumentedAttribute[int],
+    limit: int,
+    cursor: str | None,
+) -> Page[Row]:
+    """A page of a document's rows (its pages, its chunks) in the order of their position."""
     if cursor is not None:
-        query = query.where(DocumentChunk.chunk_index > decode_index_cursor(cursor))
-    query = query.order_by(DocumentChunk.chunk_index).limit(limit + 1)
-    rows = (await session.scalars(query)).all()
-    return paginate(rows, limit, key=lambda chunk: chunk.chunk_index)
+        query = query.where(position > decode_index_cursor(cursor))
+    rows = (await session.scalars(query.order_by(position).limit(limit + 1))).all()
+    return paginate(rows, limit, key=lambda row: getattr(row, position.key))
 
 
 async def delete_document(
