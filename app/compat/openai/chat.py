@@ -26,6 +26,7 @@ from app.compat.openai.shapes import (
     asks_nothing,
     chat_usage,
     finish_reason,
+    refuse_parameters,
     title_for,
     titles_of,
     url_citation,
@@ -119,14 +120,13 @@ def parse_json_object(raw: bytes) -> dict[str, Any]:
 
 def check_parameters(body: dict[str, Any]) -> None:
     """Refuse, naming it, each parameter Citegate does not take or cannot honour."""
-    for name, value in body.items():
-        if name in _MAPPED or name in _DROPPED:
-            continue
-        allowed = _HARMLESS_WHEN.get(name)
-        if allowed is None:
-            raise unsupported(name, f"Unrecognized request argument supplied: {name}")
-        if not allowed(value):
-            raise unsupported(name, _REFUSALS[name])
+    refuse_parameters(
+        body,
+        _MAPPED | _DROPPED,
+        _HARMLESS_WHEN,
+        _REFUSALS,
+        unknown="Unrecognized request argument supplied: {name}",
+    )
 
 
 def _text_of(content: Any, where: str, *, files: list[str] | None = None) -> str:

@@ -22,7 +22,7 @@ from app.answers.prompt import Turn
 from app.answers.schemas import AnswerRequest, Retrieval
 from app.compat.openai.chat import parse_json_object
 from app.compat.openai.errors import invalid, unsupported
-from app.compat.openai.shapes import asks_nothing, citegate_of, responses_usage
+from app.compat.openai.shapes import asks_nothing, citegate_of, refuse_parameters, responses_usage
 from app.errors import CitegateError
 
 INCLUDE_RESULTS = "file_search_call.results"
@@ -135,14 +135,9 @@ def _invalid_field(exc: ValidationError) -> CitegateError:
 
 
 def _check_parameters(body: dict[str, Any]) -> None:
-    for name, value in body.items():
-        if name in _MAPPED or name in _DROPPED:
-            continue
-        allowed = _HARMLESS_WHEN.get(name)
-        if allowed is None:
-            raise unsupported(name, f"Unknown parameter: '{name}'.")
-        if not allowed(value):
-            raise unsupported(name, _REFUSALS[name])
+    refuse_parameters(
+        body, _MAPPED | _DROPPED, _HARMLESS_WHEN, _REFUSALS, unknown="Unknown parameter: '{name}'."
+    )
 
 
 def _tools(value: Any) -> tuple[str | None, int | None]:

@@ -7,7 +7,10 @@ support verdict when the citation has one.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Collection, Mapping
 from typing import Any
+
+from app.compat.openai.errors import unsupported
 
 # The citation's own fields that ``citegate`` shows, when the citation has them.
 _CITEGATE_FIELDS = ("document_id", "cited_text", "span", "verified")
@@ -28,6 +31,27 @@ def asks_nothing(value: Any) -> bool:
     """Whether a parameter's value asks for nothing (absent, false or empty): what a parameter
     Claude cannot honour may be sent with."""
     return value is None or value is False or value == [] or value == {}
+
+
+def refuse_parameters(
+    body: dict[str, Any],
+    taken: Collection[str],
+    harmless_when: Mapping[str, Callable[[Any], bool]],
+    refusals: Mapping[str, str],
+    *,
+    unknown: str,
+) -> None:
+    """Refuse, naming it, each parameter of ``body`` that is neither ``taken`` (mapped or
+    dropped) nor harmless with its value; ``unknown`` is the API's own wording for a parameter
+    it does not know (``{name}`` in it)."""
+    for name, value in body.items():
+        if name in taken:
+            continue
+        allowed = harmless_when.get(name)
+        if allowed is None:
+            raise unsupported(name, unknown.format(name=name))
+        if not allowed(value):
+            raise unsupported(name, refusals[name])
 
 
 def citegate_of(citation: dict[str, Any]) -> dict[str, Any]:
