@@ -4,13 +4,21 @@ cite each quote exactly.
 Documents and search results are ranked together, as one corpus: a search result is one more
 kind of citable source, whose chunks are its text blocks.
 
-Selection: every chunk is scored with BM25 against the question; the chunks that score at least
-half of the best, at most three, are quoted in request order. Neighbouring chunks of one
-document that match a common question word are merged into one citation (as the upstream merges
-consecutive sentences); chunks that match different words answer different parts of the question
-and keep a citation each ("The grass is green. " and "The sky is blue." for "What color is the
-grass and sky?"). PDF sentences merge only within a page; the blocks of a content document or a
-search result never merge.
+Selection: every chunk is scored with BM25 against the question, its names (capitalised words,
+acronyms) and numbers weighing ``NAME_WEIGHT`` times a plain word; the chunks that score at least
+half of the best, at most three, are quoted in request order, and when the best holds a name or
+number of the question, only chunks that hold one too. Headings (Markdown headings, short lines
+with no sentence end, a table's header and rule rows) rank after every sentence and are quoted
+only when no sentence matches. In a text document a table is cut into rows, each matched with
+its header's words, and a sentence is matched with its Markdown section's title as well. A
+question that asks several things ("What is Kuiper, and how did advertising grow?") gets the
+best chunk of each part, in the parts' order. A sentence the documents repeat is quoted once.
+
+Neighbouring chunks of one document (never a heading) that match a common question word are merged
+into one citation (as the upstream merges consecutive sentences); chunks that match different words
+answer different parts of the question and keep a citation each ("The grass is green. " and "The sky
+is blue." for "What color is the grass and sky?"). PDF sentences merge only within a page; the
+blocks of a content document or a search result never merge.
 """
 
 from __future__ import annotations
@@ -37,6 +45,18 @@ NO_DOCUMENTS_ANSWER = "I can only answer from documents, and this request has no
 NOTHING_FOUND_ANSWER = "The documents do not say anything about that."
 MAX_QUOTED_CHUNKS = 3
 RELATIVE_FLOOR = 0.5
+NAME_WEIGHT = 2.5
+HEADING_WORDS = 8
+
+_QUESTION_WORD = re.compile(r"[^\W_]+(?:['’.,][^\W_]+)*")
+_SENTENCE_END = re.compile(r"[.!?。！？\n]")
+_QUESTION_SPLIT = re.compile(r"(?<=[?？;；])\s*")
+_ASKING = "how|what|when|where|which|who|whom|whose|why|is|are|was|were|did|does|do"
+_CLAUSE_SPLIT = re.compile(
+    rf"[;；]|,?\s+(?:and|also|as well as)\s+(?=(?:{_ASKING})\b)", re.IGNORECASE
+)
+_ENDS = ".!?。！？:;…"
+_TABLE_RULE = re.compile(r"\|?\s*:?-{2,}:?\s*(?:\|\s*:?-{2,}:?\s*)*\|?")
 
 _WHITESPACE = re.compile(r"\s+")
 _HYPHENATION = re.compile("[\u0002\ufffe]")
@@ -52,6 +72,7 @@ class ScoredChunk:
     score: float
     terms: frozenset[str]
     order: int
+    heading: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,26 +98,194 @@ class LimitedAnswer:
     output_tokens: int
 
 
-def rank_chunks(question: str, documents: Sequence[RequestDocument]) -> list[ScoredChunk]:
-    """The chunks that match the question at all, best first; ties go to request order."""
-    triples = [
-        (order, document, chunk)
-        for order, document in enumerate(documents)
-        for chunk in document.chunks
+def question_weights(question: str) -> dict[str, float]:
+    """How much each word of the question weighs beyond its rarity: a name (a capitalised word
+    not at the start of a sentence, an acronym) or a number is what was asked about, and counts
+    ``NAME_WEIGHT`` times a plain word."""
+    weights: dict[str, float] = {}
+    starts = True
+    for match in _QUESTION_WORD.finditer(question):
+        word = match.group()
+        named = any(c.isdigit() for c in word) or (
+            word[0].isupper() and (not starts or (len(word) > 1 and word.isupper()))
+        )
+        starts = bool(_SENTENCE_END.fullmatch(question[match.end() : match.end() + 1] or "."))
+        if named:
+            for token in tokenize(word):
+                weights[token] = NAME_WEIGHT
+    return weights
+
+
+def question_parts(question: str) -> list[str]:
+    """The things a question asks, each on its own: its sentences, and clauses joined by "and",
+    "also" or a semicolon when each holds a word of its own to look for ("What color is the
+    grass and sky?" asks two things). One part when it asks one."""
+    parts: list[str] = []
+    for sentence in _QUESTION_SPLIT.split(question):
+        pieces = [piece for piece in _CLAUSE_SPLIT.split(sentence) if tokenize(piece)]
+        parts.extend(pieces)
+    return parts if len(parts) > 1 else [question]
+
+
+def refine(document: RequestDocument) -> list[tuple[Chunk, str]]:
+    """The document's chunks as the engine ranks them: in text documents, a table (lines of
+    ``|`` cells, or comma-separated lines of as many cells as the first) is cut into its rows,
+    and a Markdown heading line into a chunk of its own, so that a citation quotes the row or
+    sentence that holds the answer; everything else is left as the upstream cuts it. Each
+    chunk with its kind: ``row``, ``heading`` or ``prose``."""
+    if document.kind != "text" or not any(
+        "|" in chunk.text or "," in chunk.text or "#" in chunk.text for chunk in document.chunks
+    ):
+        return [(chunk, "prose") for chunk in document.chunks]
+    pieces: list[tuple[Chunk, str]] = []
+    for chunk in document.chunks:
+        for start, end, kind in _line_pieces(chunk.text):
+            text = chunk.text[start:end]
+            piece = Chunk(len(pieces), text, chunk.start + start, chunk.start + end)
+            pieces.append((piece, kind))
+    return pieces
+
+
+def _line_pieces(text: str) -> list[tuple[int, int, str]]:
+    """Spans tiling ``text``, with their kinds: table rows and heading lines each alone, other
+    lines together."""
+    lines = text.splitlines(keepends=True)
+    if len(lines) < 2:
+        return [(0, len(text), _line_kind(text))]
+    kinds = [_line_kind(line) for line in lines]
+    _mark_csv(lines, kinds)
+    spans: list[tuple[int, int, str]] = []
+    at = 0
+    for line, kind in zip(lines, kinds, strict=True):
+        end = at + len(line)
+        if spans and kind == "prose" and spans[-1][2] == "prose":
+            spans[-1] = (spans[-1][0], end, "prose")
+        elif spans and not line.strip():  # a blank line belongs to what it follows
+            spans[-1] = (spans[-1][0], end, spans[-1][2])
+        else:
+            spans.append((at, end, kind))
+        at = end
+    return spans
+
+
+def _line_kind(line: str) -> str:
+    stripped = line.strip()
+    if stripped.startswith("#"):
+        return "heading"
+    if stripped.count("|") >= 2 or (stripped.startswith("|") and stripped.count("|") >= 1):
+        return "row"
+    return "prose"
+
+
+def _mark_csv(lines: list[str], kinds: list[str]) -> None:
+    """Runs of at least three lines with the same number (two or more) of commas are a CSV
+    table: its lines are rows."""
+    counts = [
+        line.count(",") if kind == "prose" else -1 for line, kind in zip(lines, kinds, strict=True)
     ]
-    if not triples:
-        return []
-    corpus = [tokenize(chunk.text) for _, _, chunk in triples]
+    start = 0
+    while start < len(lines):
+        end = start
+        while end < len(lines) and counts[end] == counts[start]:
+            end += 1
+        if counts[start] >= 2 and end - start >= 3:
+            for i in range(start, end):
+                kinds[i] = "row"
+        start = max(end, start + 1)
+
+
+def _is_heading(chunk: Chunk) -> bool:
+    """A title rather than a sentence: a Markdown heading, a table's header or rule row, or a
+    short line with no sentence end."""
+    text = chunk.text.strip()
+    if text.startswith("#") or _TABLE_RULE.fullmatch(text):
+        return True
+    if "\n" in text or not text or text[-1] in _ENDS or "|" in text:
+        return False
+    return len(text.split()) <= HEADING_WORDS and not any(c.isdigit() for c in text)
+
+
+@dataclass(frozen=True, slots=True)
+class _Unit:
+    order: int
+    document: RequestDocument
+    chunk: Chunk
+    heading: bool
+
+
+@dataclass(slots=True)
+class _Corpus:
+    units: list[_Unit]
+    tokens: list[list[str]]
+    index: Bm25
+
+
+def _corpus(documents: Sequence[RequestDocument]) -> _Corpus | None:
+    units: list[_Unit] = []
+    tokens: list[list[str]] = []
+    for order, document in enumerate(documents):
+        header: list[str] = []
+        section: list[str] = []
+        for chunk, kind in refine(document):
+            words = tokenize(chunk.text)
+            row = kind == "row"
+            heading = kind == "heading" or _is_heading(chunk)
+            if kind == "heading":
+                section, header = words, []
+            elif row and _TABLE_RULE.fullmatch(chunk.text.strip()):
+                heading = True
+            elif row and not header:
+                header, heading = words, True  # a table's first row names its columns
+            elif row:
+                words = words + header  # a row is matched with the names of its columns
+            else:
+                header = []
+            if not heading:
+                words = words + section  # and a sentence with its Markdown section's title
+            units.append(_Unit(order, document, chunk, heading))
+            tokens.append(words)
+    if not units:
+        return None
+    return _Corpus(units, tokens, Bm25(tokens))
+
+
+def _rank(corpus: _Corpus, question: str) -> list[ScoredChunk]:
     query = tokenize(question)
-    scores = Bm25(corpus).scores(query)
+    scores = corpus.index.scores(query, question_weights(question))
     wanted = set(query)
     scored = [
-        ScoredChunk(document, chunk, score, frozenset(wanted.intersection(tokens)), order)
-        for (order, document, chunk), tokens, score in zip(triples, corpus, scores, strict=True)
+        (
+            unit.heading,
+            ScoredChunk(
+                unit.document,
+                unit.chunk,
+                score,
+                frozenset(wanted.intersection(words)),
+                unit.order,
+                unit.heading,
+            ),
+        )
+        for unit, words, score in zip(corpus.units, corpus.tokens, scores, strict=True)
         if score > 0.0
     ]
-    scored.sort(key=lambda item: (-item.score, item.order, item.chunk.position))
-    return scored
+    # Headings last: a title names a subject, the sentences under it say something about it.
+    scored.sort(key=lambda pair: (pair[0], -pair[1].score, pair[1].order, pair[1].chunk.position))
+    # A sentence the documents repeat is quoted once: where it ranks best.
+    ranked: list[ScoredChunk] = []
+    quoted: set[str] = set()
+    for _, item in scored:
+        quote = quoted_text(item.chunk.text).casefold()
+        if quote not in quoted:
+            quoted.add(quote)
+            ranked.append(item)
+    return ranked
+
+
+def rank_chunks(question: str, documents: Sequence[RequestDocument]) -> list[ScoredChunk]:
+    """The chunks that match the question at all, best first (headings after every sentence);
+    ties go to request order."""
+    corpus = _corpus(documents)
+    return [] if corpus is None else _rank(corpus, question)
 
 
 def select_passages(
@@ -106,12 +295,28 @@ def select_passages(
     max_chunks: int = MAX_QUOTED_CHUNKS,
     relative_floor: float = RELATIVE_FLOOR,
 ) -> list[Passage]:
-    """The passages that answer the question, in request order (see the module docstring)."""
-    ranked = rank_chunks(question, documents)
+    """The passages that answer the question (see the module docstring): in request order for
+    a question that asks one thing; for one that asks several, the best passage of each part
+    first, in the parts' order."""
+    corpus = _corpus(documents)
+    if corpus is None:
+        return []
+    parts = question_parts(question)
+    if len(parts) > 1:
+        return _part_by_part(corpus, parts, max(max_chunks, len(parts)))
+    ranked = _rank(corpus, question)
     if not ranked:
         return []
+    if not ranked[0].heading:  # a heading is quoted only when no sentence matches
+        ranked = [item for item in ranked if not item.heading]
     floor = ranked[0].score * relative_floor
-    chosen = [item for item in ranked if item.score >= floor][:max_chunks]
+    chosen = [item for item in ranked if item.score >= floor]
+    # When the best passage holds a name or number the question asked about, so must the
+    # others: "How fast is Kuiper?" is about Kuiper, not about everything fast.
+    named = set(question_weights(question)) & ranked[0].terms
+    if named:
+        chosen = [item for item in chosen if item.terms & named]
+    chosen = chosen[:max_chunks]
     chosen.sort(key=lambda item: (item.order, item.chunk.position))
     groups: list[list[ScoredChunk]] = []
     for item in chosen:
@@ -122,8 +327,23 @@ def select_passages(
     return [Passage(group[0].document, tuple(item.chunk for item in group)) for group in groups]
 
 
+def _part_by_part(corpus: _Corpus, parts: Sequence[str], max_chunks: int) -> list[Passage]:
+    chosen: list[ScoredChunk] = []
+    seen: set[tuple[int, int]] = set()
+    for part in parts:
+        for item in _rank(corpus, part):
+            key = (item.order, item.chunk.position)
+            if key not in seen:
+                seen.add(key)
+                chosen.append(item)
+                break
+        if len(chosen) == max_chunks:
+            break
+    return [Passage(item.document, (item.chunk,)) for item in chosen]
+
+
 def _continues(previous: ScoredChunk, item: ScoredChunk) -> bool:
-    if previous.order != item.order:
+    if previous.order != item.order or previous.heading or item.heading:
         return False
     if item.chunk.position != previous.chunk.position + 1:
         return False

@@ -12,9 +12,12 @@ from __future__ import annotations
 import math
 import re
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from functools import lru_cache
 
-from app.support.words import CJK_RUN
+from app.support.words import CJK_RUN, stemmer
+
+TOKENIZED_TEXTS = 50_000
 
 _WORD = re.compile(r"\w+")
 
@@ -32,12 +35,10 @@ STOPWORDS = frozenset(_STOPWORD_TEXT.split())
 
 
 def stem(word: str) -> str:
-    """Fold a plural onto its singular ("colors" -> "color", "stories" -> "story")."""
-    if len(word) > 4 and word.endswith("ies"):
-        return word[:-3] + "y"
-    if len(word) > 3 and word.endswith("s") and not word.endswith(("ss", "us", "is")):
-        return word[:-1]
-    return word
+    """A word's English Snowball stem ("colors" -> "color", "growing" -> "grow"); other
+    languages' words go through it too, alike in the question and the documents."""
+    english = stemmer("en")
+    return word if english is None else str(english.stemWord(word))
 
 
 def _pairs(match: re.Match[str]) -> str:
@@ -50,11 +51,19 @@ def _pairs(match: re.Match[str]) -> str:
 def tokenize(text: str) -> list[str]:
     """The words of a text that can match a question: case-folded, stemmed, no stopwords.
     Chinese and Japanese, written without spaces, are read as overlapping character pairs (as
-    the search index reads them): a run of them is no one word."""
+    the search index reads them): a run of them is no one word. Remembered for the last
+    ``TOKENIZED_TEXTS`` texts: the same documents come with question after question."""
+    return list(_tokenize(text))
+
+
+@lru_cache(maxsize=TOKENIZED_TEXTS)
+def _tokenize(text: str) -> tuple[str, ...]:
     folded = text.casefold()
     if CJK_RUN.search(folded):
         folded = CJK_RUN.sub(_pairs, folded)
-    return [stem(word) for word in _WORD.findall(folded) if word not in STOPWORDS]
+    words = [word for word in _WORD.findall(folded) if word not in STOPWORDS]
+    english = stemmer("en")
+    return tuple(words if english is None else english.stemWords(words))
 
 
 class Bm25:
@@ -81,16 +90,25 @@ class Bm25:
         """The inverse document frequency of a term (0 for a term no document has)."""
         return self._idf.get(term, 0.0)
 
-    def scores(self, query: Sequence[str]) -> list[float]:
-        """The score of every document for a tokenized query; each distinct term counts once."""
-        terms = [term for term in dict.fromkeys(query) if term in self._idf]
+    def scores(
+        self, query: Sequence[str], weights: Mapping[str, float] | None = None
+    ) -> list[float]:
+        """The score of every document for a tokenized query; each distinct term counts once,
+        times its weight in ``weights`` (1 when absent)."""
+        weights = weights or {}
+        terms = [
+            (term, self._idf[term] * weights.get(term, 1.0))
+            for term in dict.fromkeys(query)
+            if term in self._idf
+        ]
+        k1 = self.k1
         results: list[float] = []
         for frequencies, length in zip(self._frequencies, self._lengths, strict=True):
-            norm = self.k1 * (1.0 - self.b + self.b * length / self._average_length)
+            norm = k1 * (1.0 - self.b + self.b * length / self._average_length)
             score = 0.0
-            for term in terms:
+            for term, weight in terms:
                 frequency = frequencies.get(term, 0)
                 if frequency:
-                    score += self._idf[term] * frequency * (self.k1 + 1.0) / (frequency + norm)
+                    score += weight * frequency * (k1 + 1.0) / (frequency + norm)
             results.append(score)
         return results

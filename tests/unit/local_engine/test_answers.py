@@ -47,7 +47,7 @@ def test_ranking_puts_the_sentence_that_answers_first(engine: LocalEngine) -> No
     documents = engine.documents(parse(body(text_document(LOYALTY), question="x")))
     ranked = rank_chunks("When do points expire?", documents)
     assert ranked[0].chunk.text == "Points expire 12 months after they are earned. "
-    assert ranked[0].terms == {"point", "expire"}
+    assert ranked[0].terms == {"point", "expir"}  # Snowball stems
     assert all(item.score > 0 for item in ranked)
 
 
