@@ -6,7 +6,10 @@ reason. Never retried past the client's own retries, never in the way of the ans
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from typing import Any
+
+import anyio
 
 from app.answers.context import AnswerContext
 from app.errors import CitegateError
@@ -15,6 +18,8 @@ from app.support.judge import Item, failed, judge_request, read_verdicts
 log = logging.getLogger(__name__)
 
 _JUDGED = ("partial", "unsupported")
+# Judge calls in flight at once for the answers of one batch chunk.
+BATCH_JUDGE_CONCURRENCY = 4
 
 
 async def judge_segments(
@@ -55,3 +60,29 @@ async def judge_segments(
     for (_, citation), verdict in zip(judged, verdicts, strict=True):
         citation["support"] = verdict.as_dict()
     return tokens
+
+
+async def judge_rows(
+    context: AnswerContext,
+    rows: Sequence[dict[str, Any]],
+    concurrency: int = BATCH_JUDGE_CONCURRENCY,
+) -> int:
+    """Judge answer rows not yet stored (a batch's), at most ``concurrency`` calls at once, as
+    one answer asked alone is judged: each completed row's citations in place, the call's tokens
+    in its ``usage.support_check``. The tokens of all the calls, to spend."""
+    limiter = anyio.CapacityLimiter(concurrency)
+    spent = 0
+
+    async def judge_one(row: dict[str, Any]) -> None:
+        nonlocal spent
+        async with limiter:
+            judged = await judge_segments(context, row["segments"], row["model"])
+        if judged is not None:
+            row["usage"] = {**row["usage"], "support_check": judged}
+            spent += sum(judged.values())
+
+    async with anyio.create_task_group() as group:
+        for row in rows:
+            if row["status"] == "completed":
+                group.start_soon(judge_one, row)
+    return spent

@@ -25,6 +25,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.answers.context import AnswerContext
+from app.answers.judging import judge_rows
 from app.answers.request import Prepared, passages_asked
 from app.answers.store import Reply, answer_row, count_stored
 from app.auth.keys import Principal
@@ -339,6 +340,11 @@ class BatchPoller:
         answers = [values for _, _, values in stored if values is not None]
         for answer in answers:
             answer["api_key_id"] = batch.key_id  # whose usage it is
+        answered = sum(sum(answer["usage"].values()) for answer in answers)
+        judging = {request.position for request in requests if request.support == "judge"}
+        answered += await judge_rows(
+            self._context, [values for at, _, values in stored if values and at in judging]
+        )
         async with self._context.engine.begin() as connection:
             if answers:
                 await connection.execute(_insert_once(connection), answers)
@@ -350,15 +356,13 @@ class BatchPoller:
                 ],
             )
             await self._renew(connection, batch.id)
-        tokens = 0
         for _, (status, _), values in stored:
             self._metrics.batch_results.labels(status).inc()
             if values is not None:
                 count_stored(self._metrics, values)
-                tokens += sum(values["usage"].values())
-        # Spent as answers asked alone spend them, once per chunk stored (a chunk read again is
-        # not stored again: its requests are no longer pending).
-        await self._context.limits.spend_tokens(Principal(batch.tenant_id, batch.key_id), tokens)
+        # Spent as answers asked alone spend them (the judge's calls too), once per chunk stored
+        # (a chunk read again is not stored again: its requests are no longer pending).
+        await self._context.limits.spend_tokens(Principal(batch.tenant_id, batch.key_id), answered)
 
     async def _renew(self, connection: AsyncConnection, batch_id: str) -> None:
         renewed = await connection.execute(
@@ -512,7 +516,7 @@ def _answer_row(
         passages=passages_asked(request.retrieval),
         # A compatible request's blocks are its sources one for one (it sends no windows).
         sent=None if None in sources else sent_blocks([s for s in sources if s is not None]),
-        # The judge asks the upstream once per answer: a batch's answers are checked lexically.
+        # Lexically here; the judge's calls come after (``judge_rows``), before it is stored.
         support="off" if request.support == "off" else "lexical",
     )
     return answer_row(

@@ -325,3 +325,59 @@ def test_a_judged_stream_sends_lexical_verdicts_then_the_judges_in_answer_done(
     ]
     assert done["usage"]["support_check"] == {"input_tokens": 321, "output_tokens": 45}
     assert api.get(f"/v1/answers/{done['id']}").json() == done
+
+
+def test_a_batchs_judged_answers_are_judged_before_they_are_stored(
+    settings: Settings, fake: FakeUpstream, client: httpx.Client, database_url: str
+) -> None:
+    fast = {"batch_poller": True, "batch_poll_seconds": 0.05, "batch_poll_max_seconds": 0.2}
+    verdict = {"citation": 0, "verdict": "unsupported", "reason": "31% is not 13%."}
+    with (
+        behind(settings, fake, anthropic_api_key=SecretStr(SECRET), **fast) as app,
+        httpx.Client(base_url=app.base_url, timeout=60) as http,
+    ):
+        document_id = letter(http)
+        # Every request of the batch gets CONTENT (one citation in doubt); the judge's calls,
+        # one per judged answer, each get the same verdict.
+        fake.reset(judged(verdict), judged(verdict), judged(verdict))
+        fake.batch_result = lambda custom_id, params: {
+            "type": "succeeded",
+            "message": message(CONTENT),
+        }
+        ask = {"question": "How?", "document_ids": [document_id]}
+        requests = [
+            {"custom_id": "judged-1", **ask, "support": "judge"},
+            {"custom_id": "judged-2", **ask, "support": "judge"},
+            {"custom_id": "lexical", **ask},
+        ]
+        created = http.post("/v1/answer-batches", json={"requests": requests})
+        assert created.status_code == 201, created.text
+        batch_id = created.json()["id"]
+        deadline = time.monotonic() + 60
+        while http.get(f"/v1/answer-batches/{batch_id}").json()["status"] != "ended":
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        results = http.get(f"/v1/answer-batches/{batch_id}/results").json()["data"]
+        by_id = {result["custom_id"]: result["answer"] for result in results}
+        # Exactly one judge call per judged answer, citations off, the tool asked for.
+        calls = [r.body for r in fake.requests if r.path == "/v1/messages"]
+        assert len(calls) == 2
+        for call in calls:
+            assert not has_documents(call)
+            assert call["tool_choice"] == {"type": "tool", "name": "record_support"}
+            assert "AWS revenue grew 31% that year." in call["messages"][0]["content"]
+        for custom_id in ("judged-1", "judged-2"):
+            answer = by_id[custom_id]
+            first, second = supports(answer)
+            assert (first["method"], first["verdict"]) == ("lexical", "supported")
+            assert (second["method"], second["verdict"]) == ("judge", "unsupported")
+            assert answer["usage"]["support_check"] == {"input_tokens": 321, "output_tokens": 45}
+            assert answer["support_summary"]["unsupported"] == 1
+            # Stored as returned: judged before it was stored, never after.
+            assert http.get(f"/v1/answers/{answer['id']}").json() == answer
+        lexical = by_id["lexical"]
+        assert [(s["method"], s["verdict"]) for s in supports(lexical)] == [
+            ("lexical", "supported"),
+            ("lexical", "partial"),
+        ]
+        assert "support_check" not in lexical["usage"]
