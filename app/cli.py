@@ -18,7 +18,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from app.auth import keys as api_keys
 from app.auth.scopes import TENANT_SCOPES, Scope
 from app.db.engine import run_in_session
-from app.db.migrations import upgrade_to_head
+from app.db.migrations import at_head, upgrade_to_head
 from app.errors import NotFound
 from app.http_protocol import HeaderTimeoutProtocol
 from app.main import create_app
@@ -29,6 +29,7 @@ cli = typer.Typer(help="Citegate: cited answers over your documents.", no_args_i
 keys_cli = typer.Typer(help="API keys: one tenant each.", no_args_is_help=True)
 cli.add_typer(keys_cli, name="keys")
 T = TypeVar("T")
+log = logging.getLogger(__name__)
 
 
 @cli.command()
@@ -91,10 +92,13 @@ def serve(
     try:
         settings = Settings()
         configure_logging(settings.log_level)
-        # In a process of its own (app/db/migrations.py says why); its failure is ours.
-        migrated = subprocess.run([sys.executable, "-m", "app.db.migrations"], check=False)
-        if migrated.returncode != 0:
-            raise SystemExit(migrated.returncode)
+        if at_head(settings.database_url):
+            log.info("the database is at the newest migration: none to apply")
+        else:
+            # In a process of its own (app/db/migrations.py says why); its failure is ours.
+            migrated = subprocess.run([sys.executable, "-m", "app.db.migrations"], check=False)
+            if migrated.returncode != 0:
+                raise SystemExit(migrated.returncode)
         if workers > 1:
             metrics_dir = _prepare_workers(settings)
         app = None
