@@ -24,10 +24,10 @@ blocks of a content document or a search result never merge.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
-from app.local_engine.bm25 import Bm25, tokenize
+from app.local_engine.bm25 import Bm25, tokenize, tokens
 from app.local_engine.documents import Chunk, RequestDocument
 from app.local_engine.tokens import CHARS_PER_TOKEN, estimate_tokens
 from app.local_engine.wire import (
@@ -47,6 +47,7 @@ MAX_QUOTED_CHUNKS = 3
 RELATIVE_FLOOR = 0.5
 NAME_WEIGHT = 2.5
 HEADING_WORDS = 8
+_HEADING_CHARS = 120  # longer than any line of HEADING_WORDS words but a table rule
 
 _QUESTION_WORD = re.compile(r"[^\W_]+(?:['’.,][^\W_]+)*")
 _SENTENCE_END = re.compile(r"[.!?。！？\n]")
@@ -198,9 +199,11 @@ def _is_heading(chunk: Chunk) -> bool:
     """A title rather than a sentence: a Markdown heading, a table's header or rule row, or a
     short line with no sentence end."""
     text = chunk.text.strip()
+    if not text or (len(text) > _HEADING_CHARS and text[0] not in "#|-:"):
+        return False  # (a quick way out for most sentences)
     if text.startswith("#") or _TABLE_RULE.fullmatch(text):
         return True
-    if "\n" in text or not text or text[-1] in _ENDS or "|" in text:
+    if "\n" in text or text[-1] in _ENDS or "|" in text:
         return False
     return len(text.split()) <= HEADING_WORDS and not any(c.isdigit() for c in text)
 
@@ -216,22 +219,22 @@ class _Unit:
 @dataclass(slots=True)
 class _Corpus:
     units: list[_Unit]
-    tokens: list[list[str]]
+    tokens: list[tuple[str, ...]]
     index: Bm25
 
 
 def _corpus(documents: Sequence[RequestDocument]) -> _Corpus | None:
     units: list[_Unit] = []
-    tokens: list[list[str]] = []
+    corpus: list[tuple[str, ...]] = []
     for order, document in enumerate(documents):
-        header: list[str] = []
-        section: list[str] = []
+        header: tuple[str, ...] = ()
+        section: tuple[str, ...] = ()
         for chunk, kind in refine(document):
-            words = tokenize(chunk.text)
+            words = tokens(chunk.text)
             row = kind == "row"
             heading = kind == "heading" or _is_heading(chunk)
             if kind == "heading":
-                section, header = words, []
+                section, header = words, ()
             elif row and _TABLE_RULE.fullmatch(chunk.text.strip()):
                 heading = True
             elif row and not header:
@@ -239,14 +242,14 @@ def _corpus(documents: Sequence[RequestDocument]) -> _Corpus | None:
             elif row:
                 words = words + header  # a row is matched with the names of its columns
             else:
-                header = []
-            if not heading:
+                header = ()
+            if section and not heading:
                 words = words + section  # and a sentence with its Markdown section's title
             units.append(_Unit(order, document, chunk, heading))
-            tokens.append(words)
+            corpus.append(words)
     if not units:
         return None
-    return _Corpus(units, tokens, Bm25(tokens))
+    return _Corpus(units, corpus, Bm25(corpus))
 
 
 def _rank(corpus: _Corpus, question: str) -> list[ScoredChunk]:
@@ -270,15 +273,18 @@ def _rank(corpus: _Corpus, question: str) -> list[ScoredChunk]:
     ]
     # Headings last: a title names a subject, the sentences under it say something about it.
     scored.sort(key=lambda pair: (pair[0], -pair[1].score, pair[1].order, pair[1].chunk.position))
-    # A sentence the documents repeat is quoted once: where it ranks best.
-    ranked: list[ScoredChunk] = []
+    return [item for _, item in scored]
+
+
+def _once(items: Iterable[ScoredChunk]) -> Iterator[ScoredChunk]:
+    """The items but those quoting what an earlier one quotes: a sentence the documents repeat
+    is quoted once, where it ranks best."""
     quoted: set[str] = set()
-    for _, item in scored:
+    for item in items:
         quote = quoted_text(item.chunk.text).casefold()
         if quote not in quoted:
             quoted.add(quote)
-            ranked.append(item)
-    return ranked
+            yield item
 
 
 def rank_chunks(question: str, documents: Sequence[RequestDocument]) -> list[ScoredChunk]:
@@ -310,7 +316,7 @@ def select_passages(
     if not ranked[0].heading:  # a heading is quoted only when no sentence matches
         ranked = [item for item in ranked if not item.heading]
     floor = ranked[0].score * relative_floor
-    chosen = [item for item in ranked if item.score >= floor]
+    chosen = list(_once(item for item in ranked if item.score >= floor))
     # When the best passage holds a name or number the question asked about, so must the
     # others: "How fast is Kuiper?" is about Kuiper, not about everything fast.
     named = set(question_weights(question)) & ranked[0].terms
@@ -330,11 +336,14 @@ def select_passages(
 def _part_by_part(corpus: _Corpus, parts: Sequence[str], max_chunks: int) -> list[Passage]:
     chosen: list[ScoredChunk] = []
     seen: set[tuple[int, int]] = set()
+    quoted: set[str] = set()
     for part in parts:
         for item in _rank(corpus, part):
             key = (item.order, item.chunk.position)
-            if key not in seen:
+            quote = quoted_text(item.chunk.text).casefold()
+            if key not in seen and quote not in quoted:
                 seen.add(key)
+                quoted.add(quote)
                 chosen.append(item)
                 break
         if len(chosen) == max_chunks:

@@ -11,13 +11,17 @@ from __future__ import annotations
 
 import math
 import re
+import threading
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from functools import lru_cache
 
+import Stemmer
+
 from app.support.words import CJK_RUN, stemmer
 
 TOKENIZED_TEXTS = 50_000
+_local = threading.local()  # a Stemmer object is not to be shared between threads
 
 _WORD = re.compile(r"\w+")
 
@@ -37,7 +41,7 @@ STOPWORDS = frozenset(_STOPWORD_TEXT.split())
 def stem(word: str) -> str:
     """A word's English Snowball stem ("colors" -> "color", "growing" -> "grow"); other
     languages' words go through it too, alike in the question and the documents."""
-    english = stemmer("en")
+    english = _english()
     return word if english is None else str(english.stemWord(word))
 
 
@@ -53,17 +57,27 @@ def tokenize(text: str) -> list[str]:
     Chinese and Japanese, written without spaces, are read as overlapping character pairs (as
     the search index reads them): a run of them is no one word. Remembered for the last
     ``TOKENIZED_TEXTS`` texts: the same documents come with question after question."""
-    return list(_tokenize(text))
+    return list(tokens(text))
 
 
 @lru_cache(maxsize=TOKENIZED_TEXTS)
-def _tokenize(text: str) -> tuple[str, ...]:
+def tokens(text: str) -> tuple[str, ...]:
+    """``tokenize`` as a tuple, remembered (not to be changed by the caller)."""
     folded = text.casefold()
-    if CJK_RUN.search(folded):
+    if not folded.isascii() and CJK_RUN.search(folded):
         folded = CJK_RUN.sub(_pairs, folded)
     words = [word for word in _WORD.findall(folded) if word not in STOPWORDS]
-    english = stemmer("en")
+    english = _english()
     return tuple(words if english is None else english.stemWords(words))
+
+
+def _english() -> Stemmer.Stemmer | None:
+    """This thread's English stemmer (``app.support.words.stemmer``, looked up once)."""
+    try:
+        found: Stemmer.Stemmer | None = _local.english
+    except AttributeError:
+        found = _local.english = stemmer("en")
+    return found
 
 
 class Bm25:
