@@ -47,6 +47,7 @@ MAX_QUOTED_CHUNKS = 3
 RELATIVE_FLOOR = 0.5
 NAME_WEIGHT = 2.5
 HEADING_WORDS = 8
+CSV_CELL_CHARS = 40
 _HEADING_CHARS = 120  # longer than any line of HEADING_WORDS words but a table rule
 
 _QUESTION_WORD = re.compile(r"[^\W_]+(?:['’.,][^\W_]+)*")
@@ -179,10 +180,12 @@ def _line_kind(line: str) -> str:
 
 
 def _mark_csv(lines: list[str], kinds: list[str]) -> None:
-    """Runs of at least three lines with the same number (two or more) of commas are a CSV
-    table: its lines are rows."""
+    """Runs of at least three lines with the same number (two or more) of commas, short cells
+    and no sentence end are a CSV table: its lines are rows. (Prose wrapped at a fixed width
+    has long stretches between its commas.)"""
     counts = [
-        line.count(",") if kind == "prose" else -1 for line, kind in zip(lines, kinds, strict=True)
+        line.count(",") if kind == "prose" and _cells(line) else -1
+        for line, kind in zip(lines, kinds, strict=True)
     ]
     start = 0
     while start < len(lines):
@@ -193,6 +196,15 @@ def _mark_csv(lines: list[str], kinds: list[str]) -> None:
             for i in range(start, end):
                 kinds[i] = "row"
         start = max(end, start + 1)
+
+
+def _cells(line: str) -> bool:
+    """Whether a line could be a CSV row: no cell longer than ``CSV_CELL_CHARS``, and no
+    sentence end at its end."""
+    text = line.strip()
+    if not text or text[-1] in ".!?。！？":
+        return False
+    return all(len(cell) <= CSV_CELL_CHARS for cell in text.split(","))
 
 
 def _is_heading(chunk: Chunk) -> bool:

@@ -12,14 +12,23 @@ from app.documents.pdf import extract_pdf_text
 from app.local_engine import MODEL_NAME, LocalEngine
 from app.local_engine.answering import (
     INTRO,
+    NAME_WEIGHT,
     NO_DOCUMENTS_ANSWER,
     NOTHING_FOUND_ANSWER,
     build_answer,
     limit_answer,
+    question_parts,
+    question_weights,
     rank_chunks,
+    refine,
     select_passages,
 )
-from app.local_engine.documents import RequestDocument, chunk_pdf_pages, upstream_page_text
+from app.local_engine.documents import (
+    RequestDocument,
+    chunk_pdf_pages,
+    chunk_plain_text,
+    upstream_page_text,
+)
 from app.local_engine.wire import CharLocation, ContentBlockLocation, PageLocation, TextBlock
 from tests.fixture_files import AMAZON_PDF
 from tests.unit.local_engine.request_bodies import (
@@ -262,3 +271,37 @@ def test_stop_sequence_cuts_before_the_sequence() -> None:
 
 def test_build_answer_with_no_documents_is_one_uncited_block() -> None:
     assert build_answer("anything", []) == [TextBlock(text=NO_DOCUMENTS_ANSWER)]
+
+
+def test_a_question_is_cut_into_the_things_it_asks() -> None:
+    assert question_parts("What color is the grass and sky?") == [
+        "What color is the grass and sky?"
+    ]
+    assert question_parts("What is Project Kuiper, and how did advertising grow?") == [
+        "What is Project Kuiper",
+        "how did advertising grow?",
+    ]
+    assert question_parts("What was revenue? How fast is Kuiper?") == [
+        "What was revenue?",
+        "How fast is Kuiper?",
+    ]
+
+
+def test_names_and_numbers_of_a_question_weigh_more() -> None:
+    assert set(question_weights("How fast is Kuiper?")) == {"kuiper"}
+    assert set(question_weights("What was Amazon's total revenue in 2023?")) == {"amazon", "2023"}
+    assert question_weights("What is the AWS margin?") == {"aw": NAME_WEIGHT}  # its stem
+    assert question_weights("what is it?") == {}
+
+
+def test_prose_wrapped_with_commas_is_no_table() -> None:
+    prose = (
+        "The committee met on Monday, Tuesday, and again on Friday to discuss what the\n"
+        "budget, the plan, and the staffing of the new office should look like next year\n"
+        "when, as expected, the board, having read it, approves the proposals in full.\n"
+    )
+    document = RequestDocument(0, None, "text", True, chunk_plain_text(prose), (prose,))
+    assert [kind for _, kind in refine(document)] == ["prose"]
+    table = "region,quarter,sales\nNorth,Q1,100\nSouth,Q1,250\n"
+    document = RequestDocument(0, None, "text", True, chunk_plain_text(table), (table,))
+    assert [kind for _, kind in refine(document)] == ["row", "row", "row"]
