@@ -18,7 +18,7 @@ import pytest
 from pydantic import SecretStr
 
 from app.settings import Settings
-from tests.conftest import Served, behind
+from tests.conftest import Served, behind, free_port
 from tests.e2e.test_auth import bearer, make_key
 from tests.fake_upstream import FakeUpstream, Reply, message
 from tests.fixture_files import FIXTURES
@@ -153,12 +153,37 @@ def test_against_a_running_service_with_a_key(
     client: httpx.Client, served: Served, database_url: str, tmp_path: Path
 ) -> None:
     _, key = make_key(database_url, "evaluators")
-    path = question_set(tmp_path, [RETURNS, SHIPPING, WRONG])
+    stored = client.post(
+        "/v1/documents",
+        json={"source": {"type": "text", "data": "The ferry leaves at 6:15. Tickets cost $4."}},
+        headers=bearer(key),
+    ).json()["id"]
+    collection = client.post("/v1/collections", json={"name": "Ferries"}, headers=bearer(key))
+    collection_id = collection.json()["id"]
+    added = client.post(
+        f"/v1/collections/{collection_id}/documents",
+        json={"document_ids": [stored]},
+        headers=bearer(key),
+    )
+    assert added.status_code == 200, added.text
+    by_id = {
+        "question": "When does the ferry leave?",
+        "document_ids": [stored],
+        "expected": {"answer_contains": ["6:15"], "cites": ["The ferry leaves at 6:15."]},
+    }
+    by_collection = {
+        "question": "How much do tickets cost?",
+        "collection_id": collection_id,
+        "expected": {"answer_contains": ["$4"]},
+    }
+    unknown = {"question": "When?", "document_ids": ["doc_01jf3k2m4n5pqrstvwxyz0123"]}
+    path = question_set(tmp_path, [RETURNS, SHIPPING, WRONG, by_id, by_collection, unknown])
     summary = figures(run_eval(path, "--url", served.base_url, "--api-key", key, "--json"))
     documents = client.get("/v1/documents", headers=bearer(key)).json()["data"]
-    assert len(documents) == 2  # each file uploaded once, with the key's tenant
+    assert len(documents) == 3  # each file uploaded once, with the key's tenant
+    *answered, failed = summary["results"]
     citations = supported = verified = 0
-    for result in summary["results"]:
+    for result in answered:
         answer = stored_answer(client, result["answer_id"], key)
         assert result["text"] == answer["text"]
         cited = [c for s in answer["segments"] for c in s["citations"]]
@@ -169,9 +194,21 @@ def test_against_a_running_service_with_a_key(
         citations += len(cited)
         supported += answer["support_summary"]["supported"]
         verified += sum(c["verified"] for c in cited)
+    assert answered[3]["correct"] and answered[3]["cites_found"]
+    assert answered[4]["correct"]
+    assert failed["error"]["status"] == 404 and failed["error"]["code"] == "document_not_found"
+    assert failed["answer_id"] is None and not failed["correct"]
+    assert summary["errors"] == 1
     assert summary["citation_precision"] == supported / citations
     assert summary["verified_rate"] == verified / citations
-    assert summary["accuracy"] == pytest.approx(2 / 3)
+    assert summary["accuracy"] == pytest.approx(4 / 6)
+
+
+def test_a_service_that_cannot_be_reached_is_exit_1(tmp_path: Path) -> None:
+    path = question_set(tmp_path, [RETURNS])
+    completed = run_eval(path, "--url", f"http://127.0.0.1:{free_port()}", "--json")
+    assert completed.returncode == 1
+    assert "cannot reach" in completed.stderr and completed.stdout == ""
 
 
 def test_a_refused_key_is_exit_1_and_says_so(
