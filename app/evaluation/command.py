@@ -158,5 +158,6 @@ def wrong_table(results: Sequence[Result]) -> Table:
         missing += [f"cite: {text}" for text in result.missing_cites]
         if result.error is not None:
             missing.insert(0, f"error {result.error['status']} {result.error['code']}")
-        table.add_row(str(result.line), result.question, "; ".join(missing))
+        question = f"{result.id}: {result.question}" if result.id else result.question
+        table.add_row(str(result.line), question, "; ".join(missing))
     return table
