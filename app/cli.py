@@ -1,7 +1,8 @@
-"""``citegate serve | migrate | local-engine | keys create|list|revoke``."""
+"""``citegate serve | migrate | local-engine | eval | keys create|list|revoke``."""
 
 from __future__ import annotations
 
+import enum
 import logging
 import os
 import shutil
@@ -9,6 +10,7 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Annotated, TypeVar
 
 import typer
@@ -30,6 +32,11 @@ keys_cli = typer.Typer(help="API keys: one tenant each.", no_args_is_help=True)
 cli.add_typer(keys_cli, name="keys")
 T = TypeVar("T")
 log = logging.getLogger(__name__)
+
+
+class SupportChoice(enum.StrEnum):
+    lexical = "lexical"
+    judge = "judge"
 
 
 @cli.command()
@@ -151,6 +158,47 @@ def local_engine(
     from app.local_engine import serve as serve_local_engine
 
     serve_local_engine(host, port)
+
+
+@cli.command("eval")
+def evaluate(
+    questions: Annotated[
+        Path,
+        typer.Argument(
+            help="A JSONL question set: one {question, document_ids | collection_id | files, "
+            "expected: {answer_contains, cites}} a line; files relative to its folder.",
+            exists=True,
+            dir_okay=False,
+        ),
+    ],
+    url: Annotated[
+        str | None,
+        typer.Option(
+            help="A running Citegate to ask (its base URL). Default: one served in this process "
+            "with a temporary SQLite database and the local engine.",
+            show_default=False,
+        ),
+    ] = None,
+    api_key: Annotated[
+        str | None,
+        typer.Option(
+            envvar="CITEGATE_API_KEY",
+            help="With --url: the API key to ask with.",
+            show_default=False,
+        ),
+    ] = None,
+    support: Annotated[
+        SupportChoice, typer.Option(help="How each citation's support is checked.")
+    ] = SupportChoice.lexical,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print one JSON object (with every result).")
+    ] = False,
+) -> None:
+    """Answer a question set and report accuracy, citation precision and recall (by support
+    verdict), the verified rate, latency and tokens."""
+    from app.evaluation import command as evaluation
+
+    evaluation.run(questions, url=url, api_key=api_key, support=support.value, as_json=as_json)
 
 
 def _with_session(work: Callable[[AsyncSession], Awaitable[T]]) -> T:

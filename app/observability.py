@@ -263,3 +263,6 @@ def configure_logging(level: str) -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
+    # aiosqlite logs every statement it runs, parameters included (a key's hash among them), at
+    # DEBUG: a service's DEBUG log says what the service did, not what the driver's thread did.
+    logging.getLogger("aiosqlite").setLevel(max(root.level, logging.INFO))
