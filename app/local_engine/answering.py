@@ -4,14 +4,15 @@ cite each quote exactly.
 Documents and search results are ranked together, as one corpus: a search result is one more
 kind of citable source, whose chunks are its text blocks.
 
-Selection: every chunk is scored with BM25 against the question, its names (capitalised words,
-acronyms) and numbers weighing ``NAME_WEIGHT`` times a plain word; the chunks that score at least
-half of the best, at most three, are quoted in request order, and when the best holds a name or
-number of the question, only chunks that hold one too. Headings (Markdown headings, short lines
+Selection: every chunk is scored with BM25 against the question; the chunks that score at least
+half of the best, at most three, are quoted in request order; which three, when more qualify, and
+the best of all, are chosen by a second score where the question's names (capitalised words,
+acronyms) and numbers, where rare in the documents, weigh ``NAME_WEIGHT`` times a plain
+word. Headings (Markdown headings, short lines
 with no sentence end, a table's header and rule rows) rank after every sentence and are quoted
 only when no sentence matches. In a text document a table is cut into rows, each matched with
 its header's words, and a sentence is matched with its Markdown section's title as well. A
-question that asks several things ("What is Kuiper, and how did advertising grow?") gets the
+question that asks several things ("What is Kuiper, and how is advertising growing?") gets the
 best chunk of each part, in the parts' order. A sentence the documents repeat is quoted once.
 
 Neighbouring chunks of one document (never a heading) that match a common question word are merged
@@ -46,6 +47,8 @@ NOTHING_FOUND_ANSWER = "The documents do not say anything about that."
 MAX_QUOTED_CHUNKS = 3
 RELATIVE_FLOOR = 0.5
 NAME_WEIGHT = 2.5
+RARE_NAME_CHUNKS = 3
+RARE_NAME_SHARE = 0.02
 HEADING_WORDS = 8
 CSV_CELL_CHARS = 40
 _HEADING_CHARS = 120  # longer than any line of HEADING_WORDS words but a table rule
@@ -75,6 +78,7 @@ class ScoredChunk:
     terms: frozenset[str]
     order: int
     heading: bool = False
+    plain: float = 0.0  # the score with every word weighing as much (what the floor reads)
 
 
 @dataclass(frozen=True, slots=True)
@@ -266,7 +270,17 @@ def _corpus(documents: Sequence[RequestDocument]) -> _Corpus | None:
 
 def _rank(corpus: _Corpus, question: str) -> list[ScoredChunk]:
     query = tokenize(question)
-    scores = corpus.index.scores(query, question_weights(question))
+    index = corpus.index
+    # A name weighs more only where it is rare: the subject of the whole document (Amazon in
+    # Amazon's letter) says nothing about which of its sentences answers.
+    rare = max(RARE_NAME_CHUNKS, index.count * RARE_NAME_SHARE)
+    weights = {
+        term: weight
+        for term, weight in question_weights(question).items()
+        if index.containing(term) <= rare
+    }
+    scores = index.scores(query, weights)
+    plain = index.scores(query) if weights else scores
     wanted = set(query)
     scored = [
         (
@@ -278,9 +292,12 @@ def _rank(corpus: _Corpus, question: str) -> list[ScoredChunk]:
                 frozenset(wanted.intersection(words)),
                 unit.order,
                 unit.heading,
+                unweighted,
             ),
         )
-        for unit, words, score in zip(corpus.units, corpus.tokens, scores, strict=True)
+        for unit, words, score, unweighted in zip(
+            corpus.units, corpus.tokens, scores, plain, strict=True
+        )
         if score > 0.0
     ]
     # Headings last: a title names a subject, the sentences under it say something about it.
@@ -327,14 +344,12 @@ def select_passages(
         return []
     if not ranked[0].heading:  # a heading is quoted only when no sentence matches
         ranked = [item for item in ranked if not item.heading]
-    floor = ranked[0].score * relative_floor
-    chosen = list(_once(item for item in ranked if item.score >= floor))
-    # When the best passage holds a name or number the question asked about, so must the
-    # others: "How fast is Kuiper?" is about Kuiper, not about everything fast.
-    named = set(question_weights(question)) & ranked[0].terms
-    if named:
-        chosen = [item for item in chosen if item.terms & named]
-    chosen = chosen[:max_chunks]
+    # Which chunks say enough is read with every word weighing alike (a name in one chunk
+    # must not push out the chunks that answer the rest of the question); among them, the
+    # names and numbers of the question choose which come first.
+    floor = max(item.plain for item in ranked) * relative_floor
+    best, rest = ranked[0], ranked[1:]
+    chosen = list(_once([best, *(item for item in rest if item.plain >= floor)]))[:max_chunks]
     chosen.sort(key=lambda item: (item.order, item.chunk.position))
     groups: list[list[ScoredChunk]] = []
     for item in chosen:

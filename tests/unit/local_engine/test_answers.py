@@ -56,7 +56,7 @@ def test_ranking_puts_the_sentence_that_answers_first(engine: LocalEngine) -> No
     documents = engine.documents(parse(body(text_document(LOYALTY), question="x")))
     ranked = rank_chunks("When do points expire?", documents)
     assert ranked[0].chunk.text == "Points expire 12 months after they are earned. "
-    assert ranked[0].terms == {"point", "expir"}  # Snowball stems
+    assert ranked[0].terms == {"point", "expire"}
     assert all(item.score > 0 for item in ranked)
 
 
@@ -290,7 +290,7 @@ def test_a_question_is_cut_into_the_things_it_asks() -> None:
 def test_names_and_numbers_of_a_question_weigh_more() -> None:
     assert set(question_weights("How fast is Kuiper?")) == {"kuiper"}
     assert set(question_weights("What was Amazon's total revenue in 2023?")) == {"amazon", "2023"}
-    assert question_weights("What is the AWS margin?") == {"aw": NAME_WEIGHT}  # its stem
+    assert question_weights("What is the AWS margin?") == {"aws": NAME_WEIGHT}
     assert question_weights("what is it?") == {}
 
 

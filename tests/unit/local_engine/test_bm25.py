@@ -9,12 +9,11 @@ import pytest
 from app.local_engine.bm25 import Bm25, stem, tokenize
 
 
-def test_tokenize_drops_function_words_and_stems() -> None:
+def test_tokenize_drops_function_words_and_folds_plurals() -> None:
     assert tokenize("What color is the grass and sky?") == ["color", "grass", "sky"]
-    assert tokenize("Amazon’s REVENUES grew") == ["amazon", "revenu", "grew"]
-    assert tokenize("growing") == tokenize("grows") == ["grow"]
+    assert tokenize("Amazon’s REVENUES grew") == ["amazon", "revenue", "grew"]
     assert [stem(word) for word in ("stories", "grass", "bus", "colors")] == [
-        "stori",
+        "story",
         "grass",
         "bus",
         "color",
