@@ -55,18 +55,22 @@ class BudgetExceeded(CitegateError):
 
 @dataclass(frozen=True, slots=True)
 class Budget:
-    """A tenant's or key's budget: at most ``nano_usd`` per ``period``."""
+    """A tenant's or key's budget: at most ``nano_usd`` per ``period``. ``tenant_id``: the
+    tenant's, or the key's tenant."""
 
     owner_id: str
     nano_usd: int
     period: str  # Period
+    tenant_id: str
 
     @classmethod
-    def of(cls, owner_id: str, nano_usd: int | None, period: str | None) -> Budget | None:
+    def of(
+        cls, owner_id: str, nano_usd: int | None, period: str | None, tenant_id: str
+    ) -> Budget | None:
         """The budget of a row's two columns; None when it has none."""
         if nano_usd is None or period is None:
             return None
-        return cls(owner_id, nano_usd, period)
+        return cls(owner_id, nano_usd, period, tenant_id)
 
 
 class Pricing(Protocol):
@@ -149,7 +153,7 @@ async def reserve(
         # other's rows crosswise.
         for budget in sorted(budgets, key=lambda b: b.owner_id):
             row = (budget.owner_id, budget.period, period_start(budget.period, now).isoformat())
-            if not await _add(connection, row, amount, budget.nano_usd):
+            if not await _add(connection, row, budget.tenant_id, amount, budget.nano_usd):
                 raise BudgetExceeded(_refusal(budget))
             owners.append(row)
     return Reservation(tuple(owners), amount)
@@ -206,7 +210,9 @@ async def spent(engine: AsyncEngine, budget: Budget, now: datetime | None = None
     return int(value or 0)
 
 
-async def _add(connection: AsyncConnection, row: Row, amount: int, limit: int) -> bool:
+async def _add(
+    connection: AsyncConnection, row: Row, tenant_id: str, amount: int, limit: int
+) -> bool:
     """Reserve ``amount`` in the row if it stays within ``limit``: one conditional UPDATE (and
     the row made first, the first time its period is spent in)."""
     reserving = (
@@ -224,6 +230,7 @@ async def _add(connection: AsyncConnection, row: Row, amount: int, limit: int) -
         "owner_id": owner_id,
         "period": period,
         "period_start": datetime.fromisoformat(start),
+        "tenant_id": tenant_id,
         "spent_nano_usd": 0,
         "reserved_nano_usd": 0,
     }

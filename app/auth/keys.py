@@ -314,8 +314,10 @@ def _read(row: Any, digest: str, version: int) -> _Known:
     budgets = tuple(
         budget
         for budget in (
-            Budget.of(row.id, row.budget_nano_usd, row.budget_period),
-            Budget.of(row.tenant_id, row.tenant_budget_nano_usd, row.tenant_budget_period),
+            Budget.of(row.id, row.budget_nano_usd, row.budget_period, row.tenant_id),
+            Budget.of(
+                row.tenant_id, row.tenant_budget_nano_usd, row.tenant_budget_period, row.tenant_id
+            ),
         )
         if budget is not None
     )

@@ -113,6 +113,7 @@ class BudgetSpend(Base):
     owner_id: Mapped[str] = mapped_column(String(40), primary_key=True)
     period: Mapped[str] = mapped_column(String(8), primary_key=True)  # day | month | total
     period_start: Mapped[datetime] = mapped_column(UTCDateTime(), primary_key=True)
+    tenant_id: Mapped[str] = mapped_column(String(40))  # the owner's, or the owner's key's
     spent_nano_usd: Mapped[int] = mapped_column(BigInteger, default=0)
     reserved_nano_usd: Mapped[int] = mapped_column(BigInteger, default=0)
 

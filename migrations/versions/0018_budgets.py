@@ -6,8 +6,8 @@ Create Date: 2026-12-07
 
 A tenant or key may have a budget: ``budget_nano_usd`` (US dollars times 10^9, an integer, so
 that sums are exact) per ``budget_period`` (``day`` or ``month``, in UTC, or ``total``); both
-null when it has none. ``budget_spend`` holds one row per owner (a tenant's or key's id),
-period and period start: what was spent (``spent_nano_usd``) and what calls under way have
+null when it has none. ``budget_spend`` holds one row per owner (a tenant's or key's id, of
+``tenant_id``), period and period start: what was spent (``spent_nano_usd``) and what calls under way have
 reserved (``reserved_nano_usd``). A call reserves its maximum cost by one conditional UPDATE
 of that row (``app.auth.budgets``), so that concurrent calls, in any process, never reserve
 past the budget; it settles its actual cost when it ends, or releases the reservation.
@@ -38,6 +38,7 @@ def upgrade() -> None:
         sa.Column("owner_id", sa.String(length=40), nullable=False),
         sa.Column("period", sa.String(length=8), nullable=False),
         sa.Column("period_start", sa.DateTime(timezone=True), nullable=False),
+        sa.Column("tenant_id", sa.String(length=40), nullable=False),
         sa.Column("spent_nano_usd", sa.BigInteger(), nullable=False),
         sa.Column("reserved_nano_usd", sa.BigInteger(), nullable=False),
         sa.PrimaryKeyConstraint("owner_id", "period", "period_start", name=op.f("pk_budget_spend")),

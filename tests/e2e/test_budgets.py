@@ -458,7 +458,7 @@ def test_periods_roll_over_at_utc_midnight_and_on_the_first() -> None:
 
 
 def test_a_day_budget_spent_today_is_whole_again_tomorrow(database_url: str) -> None:
-    budget = Budget("key_rollover_test", 2 * 10**9, "day")
+    budget = Budget("key_rollover_test", 2 * 10**9, "day", "ten_default")
     today = datetime(2026, 12, 31, 23, 0, tzinfo=UTC)
     tomorrow = datetime(2027, 1, 1, 0, 0, tzinfo=UTC)
 
