@@ -235,9 +235,9 @@ async def _add(
         "reserved_nano_usd": 0,
     }
     insert = postgresql.insert if connection.dialect.name == "postgresql" else sqlite.insert
-    made = await connection.execute(insert(BudgetSpend).values(values).on_conflict_do_nothing())
-    if made.rowcount != 1:  # the row was there: the budget is spent
-        return False
+    # Made by this call or, at the same moment, by another (PostgreSQL waits for that one to
+    # commit): either way the row is there now, and the condition decides.
+    await connection.execute(insert(BudgetSpend).values(values).on_conflict_do_nothing())
     return (await connection.execute(reserving)).rowcount == 1
 
 
