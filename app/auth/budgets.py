@@ -26,11 +26,13 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Literal, Protocol
+from weakref import WeakKeyDictionary
 
-from sqlalchemy import ColumnElement, and_, select, update
+from sqlalchemy import ColumnElement, Engine, and_, bindparam, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from app.db.engine import Statement
 from app.db.models import BudgetSpend, utcnow
 from app.errors import CitegateError, ErrorCode
 
@@ -147,12 +149,20 @@ async def reserve(
     if not budgets:
         return NO_RESERVATION
     now = now or utcnow()
+    rows = [
+        (budget, (budget.owner_id, budget.period, period_start(budget.period, now).isoformat()))
+        for budget in budgets
+    ]
+    if len(rows) == 1:  # one budget, its row made already: one statement, one round trip
+        [(budget, row)] = rows
+        values = {**_keys_of(row), "b_amount": amount, "b_limit": budget.nano_usd}
+        if await _statements(engine).reserve.run(values) == 1:
+            return Reservation((row,), amount)
     owners: list[Row] = []
     async with engine.begin() as connection:
         # Always in the same order (keys' ids before tenants'): two calls never wait on each
         # other's rows crosswise.
-        for budget in sorted(budgets, key=lambda b: b.owner_id):
-            row = (budget.owner_id, budget.period, period_start(budget.period, now).isoformat())
+        for budget, row in sorted(rows, key=lambda pair: pair[1]):
             if not await _add(connection, row, budget.tenant_id, amount, budget.nano_usd):
                 raise BudgetExceeded(_refusal(budget))
             owners.append(row)
@@ -172,12 +182,57 @@ async def release(engine: AsyncEngine, reservation: Reservation) -> None:
 async def settle_rows(
     engine: AsyncEngine, owners: Iterable[Row] | None, reserved: int, spent: int
 ) -> None:
-    """Give back ``reserved`` in these ledger rows and count ``spent`` there."""
-    owners = list(owners or ())
-    if not owners or (reserved == 0 and spent == 0):
+    """Give back ``reserved`` in these ledger rows and count ``spent`` there: a statement a
+    row, each committed by itself (each only adds to its row, in any order)."""
+    if reserved == 0 and spent == 0:
         return
-    async with engine.begin() as connection:
-        await settle_in(connection, owners, reserved, spent)
+    settling = _statements(engine).settle
+    for row in owners or ():
+        await settling.run({**_keys_of(row), "b_reserved": reserved, "b_spent": spent})
+
+
+class _Statements:
+    """The ledger's statements of every call, compiled once for an engine and run as
+    ``app.db.engine.Statement`` runs them (one round trip, committed by itself): building
+    and running them through a ``Connection`` cost about a millisecond of CPU each."""
+
+    def __init__(self, engine: AsyncEngine) -> None:
+        key = (
+            _spend.owner_id == bindparam("b_owner"),
+            _spend.period == bindparam("b_period"),
+            _spend.period_start == bindparam("b_start"),
+        )
+        used = _spend.spent_nano_usd + _spend.reserved_nano_usd + bindparam("b_amount")
+        self.reserve = Statement(
+            engine,
+            update(BudgetSpend)
+            .where(*key, used <= bindparam("b_limit"))
+            .values(reserved_nano_usd=_spend.reserved_nano_usd + bindparam("b_amount")),
+        )
+        self.settle = Statement(
+            engine,
+            update(BudgetSpend)
+            .where(*key)
+            .values(
+                reserved_nano_usd=_spend.reserved_nano_usd - bindparam("b_reserved"),
+                spent_nano_usd=_spend.spent_nano_usd + bindparam("b_spent"),
+            ),
+        )
+
+
+_BUILT: WeakKeyDictionary[Engine, _Statements] = WeakKeyDictionary()
+
+
+def _statements(engine: AsyncEngine) -> _Statements:
+    built = _BUILT.get(engine.sync_engine)
+    if built is None:
+        built = _BUILT[engine.sync_engine] = _Statements(engine)
+    return built
+
+
+def _keys_of(row: Sequence[str]) -> dict[str, object]:
+    owner_id, period, start = row
+    return {"b_owner": owner_id, "b_period": period, "b_start": datetime.fromisoformat(start)}
 
 
 async def settle_in(
