@@ -15,8 +15,10 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -30,9 +32,10 @@ from app.auth.budgets import Budget, BudgetExceeded
 from app.db.engine import create_engine
 from app.settings import Settings
 from app.usage.prices import load_prices
-from tests.conftest import Served, behind
+from tests.conftest import Served, behind, free_port
 from tests.e2e.test_admin import Platform, assert_problem
 from tests.e2e.test_batches import FAST
+from tests.e2e.test_shutdown import CitegateProcess
 from tests.fake_upstream import GRASS, GRASS_ANSWER, FakeUpstream, Reply, error, message
 
 MAX_TOKENS = 100_000
@@ -300,11 +303,11 @@ def test_a_streamed_answer_settles_what_it_used(
     assert_budget_exceeded(http.post("/v1/answers", json=body, headers=key["headers"]))
 
 
-def test_fifty_requests_at_once_never_spend_past_a_budget_that_fits_ten(
-    http: httpx.Client, settings: Settings, fake: FakeUpstream, database_url: str
-) -> None:
-    """Half through each of two service instances on the same database."""
-    platform = Platform(http, database_url)
+def race_of_fifty(
+    platform: Platform, http: httpx.Client, fake: FakeUpstream
+) -> tuple[dict[str, Any], Callable[[list[str]], list[httpx.Response]]]:
+    """A key whose budget fits 10 answers, and what asks 50 at once, in turn through each of
+    the given services."""
     # Each request may cost 1.5 USD and under 0.015 more: 10 fit in 15.2, not 11.
     key = platform.new_key(
         platform.a["id"], ["read", "write"], budget={"usd": "15.2", "period": "total"}
@@ -317,7 +320,7 @@ def test_fifty_requests_at_once_never_spend_past_a_budget_that_fits_ten(
             return await asyncio.gather(
                 *(
                     client.post(
-                        f"{urls[n % 2]}/v1/answers",
+                        f"{urls[n % len(urls)]}/v1/answers",
                         json=question(document_id),
                         headers=key["headers"],
                     )
@@ -325,17 +328,56 @@ def test_fifty_requests_at_once_never_spend_past_a_budget_that_fits_ten(
                 )
             )
 
-    with behind(settings, fake) as second:
-        responses = asyncio.run(ask_all([str(http.base_url).rstrip("/"), second.base_url]))
+    return key, lambda urls: asyncio.run(ask_all(urls))
+
+
+def assert_ten_of_fifty(
+    responses: list[httpx.Response], fake: FakeUpstream, database_url: str, key_id: str
+) -> None:
     answered = [r for r in responses if r.status_code == 200]
     refused = [r for r in responses if r.status_code != 200]
     assert len(answered) == 10
     for response in refused:
         assert_budget_exceeded(response)
     assert fake.paths().count("/v1/messages") == 10
-    spent, reserved = ledger(database_url, key["id"])
+    spent, reserved = ledger(database_url, key_id)
     assert (spent, reserved) == (10 * SPENT, 0)
     assert spent <= 15_200_000_000
+
+
+def test_fifty_requests_at_once_never_spend_past_a_budget_that_fits_ten(
+    http: httpx.Client, settings: Settings, fake: FakeUpstream, database_url: str
+) -> None:
+    """Half through each of two service instances on the same database."""
+    key, ask_all = race_of_fifty(Platform(http, database_url), http, fake)
+    with behind(settings, fake) as second:
+        responses = ask_all([str(http.base_url).rstrip("/"), second.base_url])
+    assert_ten_of_fifty(responses, fake, database_url, key["id"])
+
+
+def test_fifty_requests_at_once_through_two_processes_never_spend_past_it(
+    http: httpx.Client, fake: FakeUpstream, database_url: str, tmp_path: Path
+) -> None:
+    """Two `citegate serve` processes on the test database (PostgreSQL when the suite runs on
+    it), 25 requests through each."""
+    key, ask_all = race_of_fifty(Platform(http, database_url), http, fake)
+    env = {
+        "CITEGATE_DATABASE_URL": database_url,
+        "CITEGATE_AUTH": "required",
+        "CITEGATE_OCR": "off",
+        "ANTHROPIC_API_KEY": "sk-test",
+        "ANTHROPIC_BASE_URL": fake.base_url,
+    }
+    with ExitStack() as stack:
+        urls = []
+        for _ in range(2):
+            url = f"http://127.0.0.1:{free_port()}"
+            process = CitegateProcess(tmp_path, ["serve", "--port", url.rsplit(":", 1)[1]], env)
+            stack.callback(process.stop)
+            process.wait_until_healthy(url)
+            urls.append(url)
+        responses = ask_all(urls)
+    assert_ten_of_fifty(responses, fake, database_url, key["id"])
 
 
 def test_a_batch_reserves_when_made_and_settles_as_its_results_arrive(
