@@ -7,10 +7,12 @@ what was spent and what calls under way have reserved.
 
 Before an upstream call, ``reserve`` adds the call's maximum cost to ``reserved`` of each budget
 that applies (the key's and its tenant's), by one conditional UPDATE per row that only matches
-while ``spent + reserved + cost`` stays within the budget, all in one transaction: concurrent
-calls, in this process or any other on the same database, never reserve past it (PostgreSQL
-re-checks the condition on the row it waited for; SQLite has one writer at a time). A refused
-reservation is ``budget_exceeded``. After the call, ``settle`` moves the reservation to
+while ``spent + reserved + cost`` stays within the budget: concurrent calls, in this process or
+any other on the same database, never reserve past it (PostgreSQL re-checks the condition on
+the row it waited for; SQLite has one writer at a time). One budget whose row for the period
+exists: that one statement, committed by itself. Two budgets (both rows or neither), or a
+period's first call (its row made first): one transaction. A refused reservation is
+``budget_exceeded``. After the call, ``settle`` moves the reservation to
 ``spent`` as the actual cost (``release``: as nothing, when the call failed). A reservation
 is settled in the period it was made in, also when the call ends in the next one.
 
