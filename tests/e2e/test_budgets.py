@@ -227,11 +227,25 @@ def test_a_spent_key_budget_refuses_every_api_in_its_own_shape(
     assert openai.status_code == 429, openai.text
     assert "budget" in openai.json()["error"]["message"]
     assert openai.headers["x-should-retry"] == "false"
+    conversation = http.post(
+        "/v1/conversations", json={"document_ids": [document_id]}, headers=headers
+    )
+    assert conversation.status_code == 201, conversation.text
+    turn = {"question": "And the sky?", "conversation_id": conversation.json()["id"]}
+    assert_budget_exceeded(
+        http.post("/v1/answers", json={**turn, "max_tokens": 1}, headers=headers)
+    )
     assert len(fake.requests) == paid
     assert ledger(database_url, key["id"]) == (spent, 0)
     # Another key of the tenant has no budget of its own: it is not refused.
     other = platform.admin_a["headers"]
     assert http.post("/v1/answers", json=tiny, headers=other).status_code == 200
+    # The refused turn left its conversation free: with room again, the turn is answered.
+    raised = {"budget": {"usd": "10", "period": "day"}}
+    http.patch(f"/v1/admin/api-keys/{key['id']}", json=raised, headers=platform.operator)
+    answered = http.post("/v1/answers", json={**turn, "max_tokens": 1}, headers=headers)
+    assert answered.status_code == 200, answered.text
+    assert answered.json()["conversation_id"] == conversation.json()["id"]
 
 
 def test_a_tenant_budget_covers_all_its_keys(
