@@ -27,6 +27,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from app.answers.context import AnswerContext
 from app.answers.request import Prepared, passages_asked
 from app.answers.store import Reply, answer_row, count_stored
+from app.auth import budgets
 from app.auth.keys import Principal
 from app.batches.service import PENDING, made_nothing, send_batch
 from app.db.models import Answer, AnswerBatch, AnswerBatchRequest, utcnow
@@ -339,6 +340,13 @@ class BatchPoller:
         answers = [values for _, _, values in stored if values is not None]
         for answer in answers:
             answer["api_key_id"] = batch.key_id  # whose usage it is
+        # Budgets: the chunk's reservations settled as what its answers cost, in the same
+        # transaction as its requests leave ``pending`` (so once).
+        reserved = sum(request.reserved_nano_usd for request in requests)
+        spent = sum(
+            budgets.cost(self._context.prices, values["model"], values["usage"], batch=True)
+            for values in answers
+        )
         async with self._context.engine.begin() as connection:
             if answers:
                 await connection.execute(_insert_once(connection), answers)
@@ -349,6 +357,7 @@ class BatchPoller:
                     for position, (status, error), _ in stored
                 ],
             )
+            await budgets.settle_in(connection, batch.budget_owners, reserved, spent)
             await self._renew(connection, batch.id)
         tokens = 0
         for _, (status, _), values in stored:
@@ -400,12 +409,24 @@ class BatchPoller:
         never ended the batch, or lost it)."""
         async with self._context.engine.begin() as connection:
             await self._renew(connection, batch_id)
+            # Budgets: what the requests left without a result reserved is released.
+            owners = await connection.scalar(
+                select(AnswerBatch.budget_owners).where(AnswerBatch.id == batch_id)
+            )
+            if owners:
+                reserved = await connection.scalar(
+                    select(func.sum(AnswerBatchRequest.reserved_nano_usd)).where(
+                        AnswerBatchRequest.batch_id == batch_id,
+                        AnswerBatchRequest.status == PENDING,
+                    )
+                )
+                await budgets.settle_in(connection, owners, int(reserved or 0), 0)
             left = await connection.execute(
                 update(AnswerBatchRequest)
                 .where(
                     AnswerBatchRequest.batch_id == batch_id, AnswerBatchRequest.status == PENDING
                 )
-                .values(status=unanswered, error=error)
+                .values(status=unanswered, error=error, reserved_nano_usd=0)
             )
             await connection.execute(
                 self._ours(update(AnswerBatch), batch_id).values(
@@ -440,7 +461,7 @@ _SET_RESULT = (
             AnswerBatchRequest.status == PENDING,
         )
     )
-    .values(status=bindparam("status"), error=bindparam("error"))
+    .values(status=bindparam("status"), error=bindparam("error"), reserved_nano_usd=0)
 )
 
 
