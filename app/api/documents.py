@@ -79,8 +79,10 @@ _STORED: dict[int | str, dict[str, Any]] = {
 
 
 async def documents_out(session: AsyncSession, documents: Sequence[Document]) -> list[DocumentOut]:
-    """The documents as the API shows them, with how their pages were read (one query)."""
-    read = await service.pages_read(session, [document.id for document in documents])
+    """The documents as the API shows them, with how their pages were read (one query, none
+    when no document has pages)."""
+    paged = [document.id for document in documents if document.page_count is not None]
+    read = await service.pages_read(session, paged)
     return [document_out(document, read.get(document.id)) for document in documents]
 
 

@@ -75,6 +75,24 @@ def test_a_scan_uploaded_as_an_anthropic_file_is_read_and_refused_with_409_meanw
         assert int(conflict.value.response.headers["retry-after"]) > 0
         with pytest.raises(anthropic.ConflictError):
             api.messages.count_tokens(model="claude-sonnet-5", messages=messages)
+        batch = api.messages.batches.create(
+            requests=[
+                {
+                    "custom_id": "scan",
+                    "params": {
+                        "model": "claude-sonnet-5",
+                        "max_tokens": 500,
+                        "messages": messages,
+                    },
+                }
+            ]
+        )
+        # In a batch, the request is errored as the Messages API errors one: in its result.
+        assert (batch.processing_status, batch.request_counts.errored) == ("ended", 1)
+        [result] = api.messages.batches.results(batch.id)
+        assert result.result.type == "errored"
+        assert result.result.error.error.type == "invalid_request_error"
+        assert "OCR" in result.result.error.error.message
 
         document = wait_ready(client, uploaded.id)
         pages = _pages(client, uploaded.id)
@@ -111,6 +129,20 @@ def test_a_scan_uploaded_as_an_openai_file_is_read_its_status_following_the_docu
             api.chat.completions.create(model="claude-sonnet-5", messages=messages)
         assert conflict.value.code == "document_processing"
         assert int(conflict.value.response.headers["retry-after"]) > 0
+        with pytest.raises(openai.ConflictError) as conflict:
+            api.responses.create(
+                model="claude-sonnet-5",
+                input=[
+                    {
+                        "role": "user",
+                        "content": [
+                            {"type": "input_file", "file_id": file.id},
+                            {"type": "input_text", "text": LOREM_QUESTION},
+                        ],
+                    }
+                ],
+            )
+        assert conflict.value.code == "document_processing"
 
         # The SDK's own waiting, until OpenAI's statuses say the file is ready.
         processed = api.files.wait_for_processing(file.id, poll_interval=0.5)
