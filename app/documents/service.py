@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 
 import orjson
 from anyio import to_thread
-from sqlalchemy import Select, case, delete, func, insert, select
+from sqlalchemy import Select, bindparam, case, delete, func, insert, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import InstrumentedAttribute
@@ -493,18 +493,7 @@ async def pages_read(session: AsyncSession, document_ids: Sequence[str]) -> dict
     pages (a document without pages has no entry)."""
     if not document_ids:
         return {}
-    pages = DocumentPageRow
-    ocr_confidence = case((pages.text_source == "ocr", pages.ocr_confidence))
-    rows = await session.execute(
-        select(
-            pages.document_id,
-            pages.text_source,
-            func.count(),
-            func.avg(ocr_confidence),
-        )
-        .where(pages.document_id.in_(list(document_ids)))
-        .group_by(pages.document_id, pages.text_source)
-    )
+    rows = await session.execute(_PAGES_READ, {"ids": list(document_ids)})
     counts: dict[str, dict[str, Any]] = {}
     for document_id, source, count, confidence in rows.all():
         found = counts.setdefault(document_id, dict.fromkeys(_SOURCES, 0))
@@ -517,6 +506,19 @@ async def pages_read(session: AsyncSession, document_ids: Sequence[str]) -> dict
     }
 
 
+# Built once, as every route that shows documents runs it, on the table, not the entity: plain
+# rows skip the ORM's loading (half the time of the query on SQLite).
+_pages = DocumentPageRow.__table__.c
+_PAGES_READ = (
+    select(
+        _pages.document_id,
+        _pages.text_source,
+        func.count(),
+        func.avg(case((_pages.text_source == "ocr", _pages.ocr_confidence))),
+    )
+    .where(_pages.document_id.in_(bindparam("ids", expanding=True)))
+    .group_by(_pages.document_id, _pages.text_source)
+)
 _SOURCES = ("text_layer", "ocr", "none", "pending")
 
 
