@@ -50,8 +50,11 @@ class WordCounts:
         while len(self._counts) > self._tenants:
             self._counts.popitem(last=False)
 
+    def clear(self) -> None:
+        self._counts.clear()
 
-_word_counts = WordCounts()
+
+word_counts = WordCounts()
 
 
 async def search_passages(
@@ -140,12 +143,12 @@ async def _counts(
 ) -> dict[str, int]:
     """How many of the tenant's chunks match each term (capped), counting only those this
     process has not counted since the tenant's chunks last changed."""
-    known = _word_counts.known(tenant_id, statistics.generation)
+    known = word_counts.known(tenant_id, statistics.generation)
     unknown = [term for term in terms if term not in known]
     counted = await index.match_counts(
         session, tenant_id, unknown, MATCH_BUDGET + 1, large=statistics.large
     )
     fresh = dict(zip(unknown, counted, strict=True))
     if fresh:
-        _word_counts.learn(tenant_id, statistics.generation, fresh)
+        word_counts.learn(tenant_id, statistics.generation, fresh)
     return {term: known.get(term, fresh.get(term, 0)) for term in terms}
