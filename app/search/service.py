@@ -23,7 +23,8 @@ class WordCounts:
     """How many of a tenant's chunks match each word (capped at MATCH_BUDGET + 1), as counted
     at a generation of the tenant's index (``index.Statistics``), for this process: a search
     counts only the words it has not seen since the tenant's chunks last changed. Each
-    process's own; the generation, read by every search, tells when its counts are stale.
+    process's own; the generation, read by every search, tells when its counts are stale (it
+    starts at a random number, so another database under the same name never matches it).
     Bounded: the tenants searched last, and so many words each (then their words start over).
     """
 

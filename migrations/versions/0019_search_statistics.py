@@ -7,8 +7,9 @@ Create Date: 2026-12-07
 A search ranks a chunk by how rare the query's words it holds are among the searching tenant's
 own chunks (app.search.terms.rarity): that needs the tenant's number of chunks, and how many of
 them match each word. ``search_statistics`` keeps the first, one row per tenant, and a
-``generation`` that changes whenever the tenant's chunks do: each process caches the words'
-counts under (tenant, generation) and counts them again only after a change.
+``generation`` that changes whenever the tenant's chunks do (from a random start): each
+process caches the words' counts under (tenant, generation) and counts them again only after a
+change.
 
 Both are kept by triggers on ``document_chunks``, in the transaction that writes or deletes the
 chunks, whatever writes them (the service, COPY, a script): PostgreSQL once a statement, from
@@ -25,9 +26,13 @@ down_revision: str | None = "0017"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
+# A tenant's generation starts at a random number, not 1: a database made again under the same
+# name (a restore, a test's fresh database) never repeats a generation a process has cached.
+_POSTGRES_START = "floor(random() * 1e15)::bigint"
+_SQLITE_START = "abs(random() % 1000000000000000)"
 _FILL = """
     INSERT INTO search_statistics (tenant_id, chunk_count, generation)
-    SELECT tenant_id, count(*), 1 FROM document_chunks GROUP BY tenant_id
+    SELECT tenant_id, count(*), {start} FROM document_chunks GROUP BY tenant_id
 """
 
 _POSTGRES_UP = [
@@ -36,7 +41,8 @@ _POSTGRES_UP = [
     BEGIN
         IF TG_OP IN ('INSERT', 'UPDATE') THEN
             INSERT INTO search_statistics AS s (tenant_id, chunk_count, generation)
-            SELECT tenant_id, count(*), 1 FROM new_rows GROUP BY tenant_id
+            SELECT tenant_id, count(*), floor(random() * 1e15)::bigint
+            FROM new_rows GROUP BY tenant_id
             ON CONFLICT (tenant_id) DO UPDATE
             SET chunk_count = s.chunk_count + excluded.chunk_count,
                 generation = s.generation + 1;
@@ -76,7 +82,7 @@ _POSTGRES_DOWN = [
 
 _SQLITE_ADD = """
         INSERT INTO search_statistics (tenant_id, chunk_count, generation)
-        VALUES (new.tenant_id, 1, 1)
+        VALUES (new.tenant_id, 1, abs(random() % 1000000000000000))
         ON CONFLICT (tenant_id) DO UPDATE
         SET chunk_count = chunk_count + 1, generation = generation + 1;"""
 _SQLITE_REMOVE = """
@@ -105,8 +111,8 @@ def upgrade() -> None:
         sa.Column("generation", sa.BigInteger(), nullable=False),
         sa.PrimaryKeyConstraint("tenant_id", name=op.f("pk_search_statistics")),
     )
-    op.execute(_FILL)
     postgres = op.get_bind().dialect.name == "postgresql"
+    op.execute(_FILL.format(start=_POSTGRES_START if postgres else _SQLITE_START))
     for statement in _POSTGRES_UP if postgres else _SQLITE_UP:
         op.execute(statement)
 
