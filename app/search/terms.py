@@ -108,5 +108,8 @@ def affordable_terms(terms: list[str], counts: list[int], budget: int) -> list[s
 
 def rarity(total: int, count: int) -> float:
     """How much a word weighs in a search: BM25's inverse document frequency of a word that
-    ``count`` of a tenant's ``total`` chunks hold (always above 0; the rarer, the more)."""
+    ``count`` of a tenant's ``total`` chunks hold (always above 0; the rarer, the more). Read
+    one after the other, the two may disagree for a moment: a count above the total is the
+    total."""
+    count = min(count, total)
     return math.log(1 + (total - count + 0.5) / (count + 0.5))
