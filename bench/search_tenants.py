@@ -209,9 +209,10 @@ INDEXES = {
     ],
 }
 RECOUNT = (
-    "UPDATE search_statistics AS s SET chunk_count = c.chunks, generation = s.generation + 1 "
-    "FROM (SELECT tenant_id, count(*) AS chunks FROM document_chunks GROUP BY tenant_id) AS c "
-    "WHERE s.tenant_id = c.tenant_id"
+    "DELETE FROM search_statistics; "
+    "INSERT INTO search_statistics (tenant_id, shard, chunk_count, generation) "
+    "SELECT tenant_id, 0, count(*), floor(random() * 1e15)::bigint + 1 "
+    "FROM document_chunks GROUP BY tenant_id"
 )
 
 

@@ -149,22 +149,25 @@ _POSTGRES_RANKED_STATEMENTS = {
     for in_collection in (False, True)
 }
 
-# A tenant's statistics (migration 0019): its chunks, the generation of its index (a tenant
-# with no chunk yet has neither: 0 and 0), and on PostgreSQL whether it holds the most of all
-# chunks (the plan choice above).
+# A tenant's statistics (migration 0019), sums over its rows (its shards): its chunks, the
+# generation of its index (a tenant with no chunk yet has neither: 0 and 0), and on PostgreSQL
+# whether it holds the most of all chunks (the plan choice above).
 _SQLITE_STATISTICS = text(
-    "SELECT chunk_count, generation, 0 FROM search_statistics WHERE tenant_id = :tenant_id"
+    """
+    SELECT coalesce(sum(chunk_count), 0), coalesce(sum(generation), 0), 0
+    FROM search_statistics WHERE tenant_id = :tenant_id
+    """
 )
 _POSTGRES_STATISTICS = text(
     """
-    SELECT coalesce(s.chunk_count, 0), coalesce(s.generation, 0), (
+    SELECT coalesce(sum(s.chunk_count), 0)::bigint, coalesce(sum(s.generation), 0)::bigint, (
         SELECT coalesce(max(common.share), 0)
         FROM pg_stats AS p,
              unnest(p.most_common_vals::text::text[], p.most_common_freqs) AS common(tenant, share)
         WHERE p.schemaname = current_schema() AND p.tablename = 'document_chunks'
           AND p.attname = 'tenant_id' AND common.tenant = :tenant_id
     )
-    FROM (SELECT 1) AS one LEFT JOIN search_statistics AS s ON s.tenant_id = :tenant_id
+    FROM search_statistics AS s WHERE s.tenant_id = :tenant_id
     """
 )
 

@@ -6,10 +6,10 @@ Create Date: 2026-12-07
 
 A search ranks a chunk by how rare the query's words it holds are among the searching tenant's
 own chunks (app.search.terms.rarity): that needs the tenant's number of chunks, and how many of
-them match each word. ``search_statistics`` keeps the first, one row per tenant, and a
-``generation`` that changes whenever the tenant's chunks do (from a random start): each
-process caches the words' counts under (tenant, generation) and counts them again only after a
-change.
+them match each word. ``search_statistics`` keeps the first (the sum over the tenant's rows:
+one a shard on PostgreSQL, see below), and a ``generation`` that changes whenever the tenant's
+chunks do (from a random start): each process caches the words' counts under (tenant,
+generation) and counts them again only after a change.
 
 Both are kept by triggers on ``document_chunks``, in the transaction that writes or deletes the
 chunks, whatever writes them (the service, COPY, a script): PostgreSQL once a statement, from
@@ -28,30 +28,52 @@ depends_on: str | Sequence[str] | None = None
 
 # A tenant's generation starts at a random number, not 1: a database made again under the same
 # name (a restore, a test's fresh database) never repeats a generation a process has cached.
-_POSTGRES_START = "floor(random() * 1e15)::bigint"
-_SQLITE_START = "abs(random() % 1000000000000000)"
-_FILL = """
-    INSERT INTO search_statistics (tenant_id, chunk_count, generation)
-    SELECT tenant_id, count(*), {start} FROM document_chunks GROUP BY tenant_id
-"""
+_FILL = {
+    "postgresql": """
+        INSERT INTO search_statistics (tenant_id, shard, chunk_count, generation)
+        SELECT tenant_id, 0, count(*), floor(random() * 1e15)::bigint + 1
+        FROM document_chunks GROUP BY tenant_id
+    """,
+    "sqlite": """
+        INSERT INTO search_statistics (tenant_id, shard, chunk_count, generation)
+        SELECT tenant_id, 0, count(*), abs(random() % 1000000000000000) + 1
+        FROM document_chunks GROUP BY tenant_id
+    """,
+}
 
+# PostgreSQL: a tenant's statistics are the sums of its rows, one a shard, and a transaction
+# writes the shard of its connection's server process (its pid modulo 64). The row a
+# transaction writing chunks updates stays locked until it commits: with one row a tenant, two
+# uploads of the tenant could not write their chunks at the same time. Each change adds at
+# least 1 to one shard's generation, so the sum of a tenant's generations changes with each.
 _POSTGRES_UP = [
     """
     CREATE FUNCTION search_statistics_count() RETURNS trigger LANGUAGE plpgsql AS $$
+    DECLARE
+        this_shard integer := pg_backend_pid() % 64;
     BEGIN
-        IF TG_OP IN ('INSERT', 'UPDATE') THEN
-            INSERT INTO search_statistics AS s (tenant_id, chunk_count, generation)
-            SELECT tenant_id, count(*), floor(random() * 1e15)::bigint
+        IF TG_OP = 'INSERT' THEN
+            INSERT INTO search_statistics AS s (tenant_id, shard, chunk_count, generation)
+            SELECT tenant_id, this_shard, count(*), floor(random() * 1e15)::bigint + 1
             FROM new_rows GROUP BY tenant_id
-            ON CONFLICT (tenant_id) DO UPDATE
+            ON CONFLICT (tenant_id, shard) DO UPDATE
+            SET chunk_count = s.chunk_count + excluded.chunk_count,
+                generation = s.generation + 1;
+        ELSE
+            INSERT INTO search_statistics AS s (tenant_id, shard, chunk_count, generation)
+            SELECT tenant_id, this_shard, -count(*), floor(random() * 1e15)::bigint + 1
+            FROM old_rows GROUP BY tenant_id
+            ON CONFLICT (tenant_id, shard) DO UPDATE
             SET chunk_count = s.chunk_count + excluded.chunk_count,
                 generation = s.generation + 1;
         END IF;
-        IF TG_OP IN ('DELETE', 'UPDATE') THEN
-            UPDATE search_statistics AS s
-            SET chunk_count = s.chunk_count - gone.chunks, generation = s.generation + 1
-            FROM (SELECT tenant_id, count(*) AS chunks FROM old_rows GROUP BY tenant_id) AS gone
-            WHERE s.tenant_id = gone.tenant_id;
+        IF TG_OP = 'UPDATE' THEN
+            INSERT INTO search_statistics AS s (tenant_id, shard, chunk_count, generation)
+            SELECT tenant_id, this_shard, count(*), floor(random() * 1e15)::bigint + 1
+            FROM new_rows GROUP BY tenant_id
+            ON CONFLICT (tenant_id, shard) DO UPDATE
+            SET chunk_count = s.chunk_count + excluded.chunk_count,
+                generation = s.generation + 1;
         END IF;
         RETURN NULL;
     END
@@ -80,14 +102,15 @@ _POSTGRES_DOWN = [
     "DROP FUNCTION search_statistics_count()",
 ]
 
+# SQLite: one writer at a time anyway, so one row a tenant (shard 0), kept once a row.
 _SQLITE_ADD = """
-        INSERT INTO search_statistics (tenant_id, chunk_count, generation)
-        VALUES (new.tenant_id, 1, abs(random() % 1000000000000000))
-        ON CONFLICT (tenant_id) DO UPDATE
+        INSERT INTO search_statistics (tenant_id, shard, chunk_count, generation)
+        VALUES (new.tenant_id, 0, 1, abs(random() % 1000000000000000) + 1)
+        ON CONFLICT (tenant_id, shard) DO UPDATE
         SET chunk_count = chunk_count + 1, generation = generation + 1;"""
 _SQLITE_REMOVE = """
         UPDATE search_statistics SET chunk_count = chunk_count - 1, generation = generation + 1
-        WHERE tenant_id = old.tenant_id;"""
+        WHERE tenant_id = old.tenant_id AND shard = 0;"""
 _SQLITE_UP = [
     f"CREATE TRIGGER document_chunks_statistics_insert AFTER INSERT ON document_chunks BEGIN"
     f"{_SQLITE_ADD}\n    END",
@@ -107,12 +130,13 @@ def upgrade() -> None:
     op.create_table(
         "search_statistics",
         sa.Column("tenant_id", sa.String(length=40), nullable=False),
+        sa.Column("shard", sa.Integer(), autoincrement=False, nullable=False),
         sa.Column("chunk_count", sa.BigInteger(), nullable=False),
         sa.Column("generation", sa.BigInteger(), nullable=False),
-        sa.PrimaryKeyConstraint("tenant_id", name=op.f("pk_search_statistics")),
+        sa.PrimaryKeyConstraint("tenant_id", "shard", name=op.f("pk_search_statistics")),
     )
     postgres = op.get_bind().dialect.name == "postgresql"
-    op.execute(_FILL.format(start=_POSTGRES_START if postgres else _SQLITE_START))
+    op.execute(_FILL["postgresql" if postgres else "sqlite"])
     for statement in _POSTGRES_UP if postgres else _SQLITE_UP:
         op.execute(statement)
 
