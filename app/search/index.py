@@ -114,7 +114,9 @@ _POSTGRES_RANKED = """
         LIMIT :ranked_at_most
     ), shortlist AS MATERIALIZED (
         SELECT i.document_id, i.chunk_index, i.page_number, i.search_vector,
-               (SELECT sum(words.weight) FROM words WHERE i.search_vector @@ words.q) AS rarity
+               coalesce(
+                   (SELECT sum(words.weight) FROM words WHERE i.search_vector @@ words.q), 0
+               ) AS rarity
         FROM in_scope AS i
         ORDER BY rarity DESC, ts_rank(i.search_vector, to_tsquery('english', :query)) DESC,
                  i.document_id, i.chunk_index
