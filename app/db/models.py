@@ -272,6 +272,22 @@ class DocumentChunk(Base):
     search_text: Mapped[str | None] = mapped_column(Text)
 
 
+class SearchStatistics(Base):
+    """A tenant's number of chunks and the generation of its search index, which changes with
+    every chunk written or deleted, each the sum over the tenant's rows (one a shard: on
+    PostgreSQL a transaction updates the shard of its server process, so that concurrent
+    uploads of a tenant do not wait for each other's row). Kept by triggers on
+    ``document_chunks`` (migration 0019), read by app.search to weigh words by their rarity
+    among the tenant's chunks."""
+
+    __tablename__ = "search_statistics"
+
+    tenant_id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    shard: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
+    chunk_count: Mapped[int] = mapped_column(BigInteger)
+    generation: Mapped[int] = mapped_column(BigInteger)
+
+
 class Collection(Base):
     """A named set of the tenant's documents; a document may be in many."""
 
