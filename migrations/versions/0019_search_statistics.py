@@ -1,7 +1,7 @@
 """search statistics per tenant: its number of chunks and a generation of its index
 
 Revision ID: 0019
-Revises: 0017
+Revises: 0018
 Create Date: 2026-12-07
 
 A search ranks a chunk by how rare the query's words it holds are among the searching tenant's
@@ -22,7 +22,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision: str = "0019"
-down_revision: str | None = "0017"
+down_revision: str | None = "0018"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
