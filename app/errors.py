@@ -11,6 +11,7 @@ the OpenAPI problem declarations are built from it (``app.api.problems``).
     ├── Unauthorized              401: no key, a malformed, unknown or revoked key (one answer)
     ├── Forbidden                 403: a valid key without the scope the route needs
     ├── RateLimited               429: a per-key limit is reached; says when to retry
+    │   (app.auth.budgets.BudgetExceeded: 429 budget_exceeded, a budget is spent)
     ├── Conflict                  409: e.g. a conversation already answering a follow-up
     ├── MalformedBody             400: a body that cannot be read: not UTF-8 JSON, or a
     │                                  broken multipart form
@@ -136,6 +137,12 @@ class ErrorCode(StrEnum):
     # Keys and limits
     UNAUTHORIZED = "unauthorized", 401, "no key, or a malformed, unknown or revoked one"
     RATE_LIMITED = "rate_limited", 429, "a per-key limit; `Retry-After` says when"
+    BUDGET_EXCEEDED = (
+        "budget_exceeded",
+        429,
+        "the key's or its tenant's `budget` for the period has not enough left for the "
+        "request's maximum cost (`x-should-retry: false`)",
+    )
     INSUFFICIENT_SCOPE = (
         "insufficient_scope",
         403,

@@ -113,6 +113,7 @@ def create_app(settings: Settings | None = None, *, own_process: bool = False) -
             sessions=app.state.sessions,
             metrics=metrics,
             pages=app.state.pdf_pages,
+            prices=app.state.prices,
         )
         app.state.ocr_jobs = OcrJobs(
             app.state.sessions,

@@ -31,6 +31,7 @@ what remains is the server's own cost, CPU per request being the figure least mo
     .venv/bin/python bench/overhead.py [--requests 2000] [--repetitions 3] [--concurrency 1 32]
         [--mode json|stream|both] [--database-url URL] [--workers N] [--soak 20000]
         [--against REV] [--event-relay] [--routes answers anthropic chat responses]
+        [--budget USD]
 
 A change is measured with ``--against REV`` (its parent, say): Citegate at that revision runs
 beside this checkout's, each on its own database, and every repetition asks both, so the two
@@ -268,6 +269,18 @@ def rss_mib(pids: tuple[int, ...]) -> float:
             if line.startswith("VmRSS:"):
                 total += int(line.split()[1]) / 1024
     return total
+
+
+def set_budget(stack: Stack, usd: str) -> None:
+    """Give the key the benchmark asks with a monthly budget (this checkout's Citegate only):
+    every answer then reserves its maximum cost and settles its actual cost."""
+    with httpx.Client(headers=stack.headers, timeout=60) as client:
+        [key] = client.get(f"{stack.citegate}/v1/admin/api-keys").json()["data"]
+        budget = {"usd": usd, "period": "month"}
+        response = client.patch(
+            f"{stack.citegate}/v1/admin/api-keys/{key['id']}", json={"budget": budget}
+        )
+        response.raise_for_status()
 
 
 def store_documents(stack: Stack) -> list[str]:
@@ -567,6 +580,9 @@ def main() -> None:
         help="streams also through bench/forwarder.py --events: relayed event by event on "
         "the libraries Citegate's streams use, nothing resolved or stored",
     )
+    parser.add_argument(
+        "--budget", help="a budget (USD a month) on this checkout's key: its cost per answer"
+    )
     parser.add_argument("--serve-fake", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve_fake:
@@ -577,6 +593,9 @@ def main() -> None:
         stack = started.enter_context(running(args.database_url, __file__, serve_args=serve_args))
         assert stack.fake is not None
         print(f"database: {stack.database}; {args.workers} worker(s)")
+        if args.budget:
+            set_budget(stack, args.budget)
+            print(f"budget: {args.budget} USD a month on this checkout's key")
         if args.soak:
             soak(stack, args.soak)
             return

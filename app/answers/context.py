@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from app.answers.live import LiveAnswers
+from app.auth.budgets import Pricing
 from app.auth.limits import KeyLimits
 from app.db.engine import RowInserter, RowUpdater
 from app.documents.pages import PdfPages
@@ -31,3 +32,4 @@ class AnswerContext:
     sessions: async_sessionmaker[AsyncSession]  # bound to ``engine``
     metrics: Metrics
     pages: PdfPages  # the boxes of PDF spans
+    prices: Pricing  # what a call costs (``app.usage.prices``), for budgets

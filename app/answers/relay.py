@@ -12,12 +12,14 @@ from typing import Any
 
 import anyio
 
+from app.answers import spending
 from app.answers.answer import AnswerOut
 from app.answers.citations import build_segments
 from app.answers.context import AnswerContext
 from app.answers.request import Prepared, release
 from app.answers.store import Reply, begin_answer, store_answer
 from app.answers.streaming import AnswerStream, Event
+from app.auth.budgets import NO_RESERVATION
 from app.auth.keys import Principal
 from app.db.unavailable import database_unavailable
 from app.errors import CitegateError, ErrorCode, problem_of
@@ -38,10 +40,14 @@ async def open_relay(
 ) -> RelayedAnswer:
     """Open the upstream stream of a prepared request and read it up to ``message_start``.
     Everything that can fail before the answer begins (the checks, the upstream's status,
-    retries, the upstream ending first) fails here, as an ordinary error response."""
+    retries, the upstream ending first) fails here, as an ordinary error response. The caller's
+    budgets are reserved here (``spending``) and settled when the stream is stored, however it
+    ends; released when it fails before it begins."""
     stack = AsyncExitStack()
+    reservation = NO_RESERVATION
     try:
         await context.limits.check_tokens(principal)
+        reservation = await spending.reserve(context, principal, prepared.request)
         upstream = await stack.enter_async_context(
             context.upstream.stream_message(prepared.request, headers)
         )
@@ -71,8 +77,10 @@ async def open_relay(
             try:
                 await stack.aclose()
             finally:
+                await spending.release(context, reservation)
                 await release(context, prepared)
         raise
+    relayed.reservation = reservation
     return relayed
 
 
@@ -111,6 +119,7 @@ class RelayedAnswer:
         self.failure: CitegateError | None = None  # why the answer failed, if it did
         self.stored: AnswerOut | None = None  # the stored Answer, once ``frames`` has ended
         self._begun: datetime | None = None  # when its row was inserted
+        self.reservation = NO_RESERVATION  # of the caller's budgets, settled by ``close``
 
     async def begin(self) -> None:
         """Insert the answer's row, in progress, and have its text saved as it arrives."""
@@ -157,6 +166,8 @@ class RelayedAnswer:
                     await self._stack.aclose()
                 except Exception:  # what arrived is stored all the same
                     log.exception("closing the upstream stream of answer %s failed", prepared.id)
+                # What arrived is what it cost, as the stored answer's usage says.
+                await spending.settle(context, self.reservation, reply.model, reply.usage)
                 try:
                     return await store_answer(
                         context, self._principal, prepared, reply, begun=self._begun

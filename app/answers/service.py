@@ -13,6 +13,7 @@ from collections.abc import Mapping
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from app.answers import spending
 from app.answers.answer import AnswerOut
 from app.answers.context import AnswerContext
 from app.answers.relay import RelayedAnswer, open_relay
@@ -42,10 +43,18 @@ async def answer_prepared(
     headers: Mapping[str, str] | None = None,
 ) -> tuple[AnswerOut, UpstreamAnswer]:
     """Send a prepared request (with these extra upstream headers) and store the answer: the
-    stored Answer and the upstream's reply."""
+    stored Answer and the upstream's reply. The caller's budgets are reserved before the call
+    and settled after it (``spending``): this is the one place every answer asked whole, of
+    every API, is sent from."""
     await context.limits.check_tokens(principal)
-    reply = await context.upstream.create_message(prepared.request, headers)
+    reservation = await spending.reserve(context, principal, prepared.request)
+    try:
+        reply = await context.upstream.create_message(prepared.request, headers)
+    except BaseException:
+        await spending.release(context, reservation)
+        raise
     stored = Reply.of_message(reply.message, reply.request_id)
+    await spending.settle(context, reservation, stored.model, stored.usage)
     return await store_answer(context, principal, prepared, stored), reply
 
 

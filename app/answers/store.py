@@ -86,7 +86,7 @@ async def store_answer(
     await context.limits.spend_tokens(principal, sum(reply.usage.values()))
     row = answer_row(prepared, principal.tenant_id, reply, key_id=principal.key_id)
     if prepared.support == "judge" and reply.status == "completed":
-        judged = await judge_segments(context, row["segments"], reply.model)
+        judged = await judge_segments(context, row["segments"], reply.model, principal)
         if judged is not None:
             row["usage"] = {**row["usage"], "support_check": judged}
             await context.limits.spend_tokens(principal, sum(judged.values()))

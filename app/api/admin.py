@@ -20,12 +20,14 @@ from app.api.deps import (
 from app.api.problems import AUTH_PROBLEMS, BODY_PROBLEMS, problems
 from app.auth import admin
 from app.auth.audit import Actor
+from app.auth.budgets import Setting, setting_of, shown
 from app.auth.schemas import (
     ApiKeyOut,
     ApiKeyPage,
     ApiKeyWithSecret,
     AuditEventOut,
     AuditEventPage,
+    Budget,
     CreateApiKeyRequest,
     CreateTenantRequest,
     RotateApiKeyRequest,
@@ -67,7 +69,21 @@ router = APIRouter(prefix="/v1/admin", tags=["admin"], responses=problems(*AUTH_
 
 
 def tenant_out(tenant: Tenant) -> TenantOut:
-    return TenantOut(id=tenant.id, name=tenant.name, created_at=tenant.created_at)
+    return TenantOut(
+        id=tenant.id,
+        name=tenant.name,
+        created_at=tenant.created_at,
+        budget=_budget_out(tenant.budget_nano_usd, tenant.budget_period),
+    )
+
+
+def _budget_out(nano: int | None, period: str | None) -> Budget | None:
+    budget = shown(nano, period)
+    return None if budget is None else Budget(**budget)
+
+
+def _setting(budget: Budget | None) -> Setting:
+    return None if budget is None else setting_of(budget.usd, budget.period)
 
 
 def key_out(key: ApiKey) -> ApiKeyOut:
@@ -86,6 +102,7 @@ def _key_fields(key: ApiKey) -> dict[str, object]:
         "expires_at": key.expires_at,
         "revoked_at": key.revoked_at,
         "previous_secret_expires_at": key.previous_until if key.previous_hash else None,
+        "budget": _budget_out(key.budget_nano_usd, key.budget_period),
     }
 
 
@@ -100,7 +117,7 @@ def _key_fields(key: ApiKey) -> dict[str, object]:
 async def create_tenant(
     body: CreateTenantRequest, session: SessionDep, actor: ActorDep
 ) -> TenantOut:
-    return tenant_out(await admin.create_tenant(session, actor, body.name))
+    return tenant_out(await admin.create_tenant(session, actor, body.name, _setting(body.budget)))
 
 
 @router.get(
@@ -133,14 +150,22 @@ async def get_tenant(tenant_id: TenantId, session: SessionDep, actor: ActorDep) 
 @router.patch(
     "/tenants/{tenant_id}",
     operation_id="updateTenant",
-    summary="Rename a tenant",
+    summary="Rename a tenant, or set its budget",
     response_model=TenantOut,
     responses=problems(*BODY_PROBLEMS, 404, 409),
 )
 async def update_tenant(
     tenant_id: TenantId, body: UpdateTenantRequest, session: SessionDep, actor: ActorDep
 ) -> TenantOut:
-    return tenant_out(await admin.update_tenant(session, actor, tenant_id, body.name))
+    tenant = await admin.update_tenant(
+        session,
+        actor,
+        tenant_id,
+        body.name,
+        budget=_setting(body.budget),
+        set_budget="budget" in body.model_fields_set,
+    )
+    return tenant_out(tenant)
 
 
 @router.post(
@@ -155,7 +180,13 @@ async def create_api_key(
     body: CreateApiKeyRequest, session: SessionDep, actor: ActorDep
 ) -> ApiKeyWithSecret:
     key, secret = await admin.create_api_key(
-        session, actor, body.tenant_id, body.name, body.scopes, body.expires_at
+        session,
+        actor,
+        body.tenant_id,
+        body.name,
+        body.scopes,
+        body.expires_at,
+        _setting(body.budget),
     )
     return ApiKeyWithSecret(**_key_fields(key), secret=secret)
 
@@ -194,7 +225,7 @@ async def get_api_key(key_id: KeyId, session: SessionDep, actor: ActorDep) -> Ap
 @router.patch(
     "/api-keys/{key_id}",
     operation_id="updateApiKey",
-    summary="Rename, rescope, disable or enable an API key",
+    summary="Rename, rescope, disable or enable an API key, or set its budget",
     response_model=ApiKeyOut,
     responses=problems(*BODY_PROBLEMS, 403, 404, 409),
 )
@@ -202,7 +233,14 @@ async def update_api_key(
     key_id: KeyId, body: UpdateApiKeyRequest, session: SessionDep, actor: ActorDep
 ) -> ApiKeyOut:
     key, _ = await admin.update_api_key(
-        session, actor, key_id, name=body.name, scopes=body.scopes, status=body.status
+        session,
+        actor,
+        key_id,
+        name=body.name,
+        scopes=body.scopes,
+        status=body.status,
+        budget=_setting(body.budget),
+        set_budget="budget" in body.model_fields_set,
     )
     return key_out(key)
 

@@ -25,6 +25,7 @@ from app.api.batches import PollerDep
 from app.api.deps import (
     AnthropicPrincipalDep,
     ContextDep,
+    OcrDep,
     RequestSession,
     SessionDep,
     SettingsDep,
@@ -141,9 +142,12 @@ async def upload_file(
     session: SessionDep,
     principal: AnthropicPrincipalDep,
     settings: SettingsDep,
+    ocr: OcrDep,
     file: Annotated[UploadFile, File()],
 ) -> dict[str, Any]:
-    stored = await store_uploaded_file(session, principal.tenant_id, settings, file)
+    # A scanned PDF is stored at once and read by OCR in the background, as through /v1;
+    # a message about it meanwhile is refused (409 document_processing, in this API's shape).
+    stored = await store_uploaded_file(session, principal.tenant_id, settings, file, ocr=ocr)
     return file_object(stored.document)
 
 

@@ -7,7 +7,7 @@ from typing import Annotated
 from fastapi import APIRouter, Path, Response, status
 
 from app.api.deps import DEFAULT_LIMIT, DocumentId, LimitQuery, PageCursorDep, SessionDep, TenantDep
-from app.api.documents import document_out
+from app.api.documents import documents_out
 from app.api.problems import AUTH_PROBLEMS, BODY_PROBLEMS, ProblemResponse, links, problems
 from app.collections import service
 from app.collections.schemas import (
@@ -143,7 +143,7 @@ async def list_collection_documents(
 ) -> DocumentPage:
     page = await service.list_documents(session, tenant_id, collection_id, limit, cursor.value)
     return DocumentPage(
-        data=[document_out(d) for d in page.items], next_cursor=cursor.next(page.next_cursor)
+        data=await documents_out(session, page.items), next_cursor=cursor.next(page.next_cursor)
     )
 
 

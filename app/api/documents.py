@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import PurePosixPath, PureWindowsPath
 from typing import Annotated, Any
 from urllib.parse import quote
@@ -38,6 +39,7 @@ from app.documents.schemas import (
     DocumentUpload,
     PageOut,
     PagePage,
+    PagesRead,
     Progress,
 )
 from app.errors import PayloadTooLarge
@@ -76,7 +78,15 @@ _STORED: dict[int | str, dict[str, Any]] = {
 }
 
 
-def document_out(document: Document) -> DocumentOut:
+async def documents_out(session: AsyncSession, documents: Sequence[Document]) -> list[DocumentOut]:
+    """The documents as the API shows them, with how their pages were read (one query, none
+    when no document has pages)."""
+    paged = [document.id for document in documents if document.page_count is not None]
+    read = await service.pages_read(session, paged)
+    return [document_out(document, read.get(document.id)) for document in documents]
+
+
+def document_out(document: Document, pages_read: PagesRead | None = None) -> DocumentOut:
     return DocumentOut(
         id=document.id,
         kind=document.kind,
@@ -104,6 +114,7 @@ def document_out(document: Document) -> DocumentOut:
             if document.status == "failed" and document.error_code
             else None
         ),
+        pages_read=pages_read,
     )
 
 
@@ -119,10 +130,11 @@ def chunk_out(chunk: DocumentChunk) -> ChunkOut:
     )
 
 
-def _stored_response(stored: service.StoredDocument) -> OrjsonResponse:
+async def _stored_response(session: AsyncSession, stored: service.StoredDocument) -> OrjsonResponse:
     """201 with a Location for a new document (202 while its pages are read by OCR), 200 for
     identical bytes stored before."""
-    body = document_out(stored.document).model_dump(mode="json")
+    [shown] = await documents_out(session, [stored.document])
+    body = shown.model_dump(mode="json")
     if stored.created:
         location = f"/v1/documents/{stored.document.id}"
         code = status.HTTP_202_ACCEPTED if stored.processing else status.HTTP_201_CREATED
@@ -165,7 +177,7 @@ async def upload_document(
     stored = await store_uploaded_file(
         session, tenant_id, settings, form.file, title=form.title, context=form.context, ocr=ocr
     )
-    return _stored_response(stored)
+    return await _stored_response(session, stored)
 
 
 async def store_uploaded_file(
@@ -218,7 +230,7 @@ async def create_document(
         max_bytes=settings.max_json_document_bytes,
         ocr=ocr,
     )
-    return _stored_response(stored)
+    return await _stored_response(session, stored)
 
 
 @router.get(
@@ -236,7 +248,7 @@ async def list_documents(
 ) -> DocumentPage:
     page = await service.list_documents(session, tenant_id, limit, cursor.value)
     return DocumentPage(
-        data=[document_out(d) for d in page.items], next_cursor=cursor.next(page.next_cursor)
+        data=await documents_out(session, page.items), next_cursor=cursor.next(page.next_cursor)
     )
 
 
@@ -250,7 +262,9 @@ async def list_documents(
 async def get_document(
     document_id: DocumentId, session: SessionDep, tenant_id: TenantDep
 ) -> DocumentOut:
-    return document_out(await service.get_document(session, tenant_id, document_id))
+    document = await service.get_document(session, tenant_id, document_id)
+    [shown] = await documents_out(session, [document])
+    return shown
 
 
 @router.get(

@@ -26,6 +26,7 @@ from app.answers.relay import RelayedAnswer, open_relay
 from app.answers.request import prepare, release
 from app.api.deps import (
     AnthropicPrincipalDep,
+    OcrDep,
     PdfPagesDep,
     RequestSession,
     SessionDep,
@@ -47,6 +48,7 @@ from app.compat.openai.chat import (
 from app.compat.openai.errors import invalid, openai_error, unsupported
 from app.compat.openai.files import (
     PURPOSES,
+    VECTOR_STORE_FILE_STATUS,
     check_purpose,
     file_object,
     filenames,
@@ -140,11 +142,14 @@ async def upload_file(
     session: SessionDep,
     principal: PrincipalDep,
     settings: SettingsDep,
+    ocr: OcrDep,
     file: Annotated[UploadFile, File()],
     purpose: Annotated[str, Form(max_length=100)],
 ) -> dict[str, Any]:
     check_purpose(purpose)
-    stored = await store_uploaded_file(session, principal.tenant_id, settings, file)
+    # A scanned PDF is stored at once and read by OCR in the background, as through /v1: its
+    # status is "uploaded" until it is read (the SDK's files.wait_for_processing waits).
+    stored = await store_uploaded_file(session, principal.tenant_id, settings, file, ocr=ocr)
     return file_object(stored.document)
 
 
@@ -269,11 +274,15 @@ async def list_vector_store_files(
 ) -> dict[str, Any]:
     _newest_first(order)
     cursor = None if after is None else encode_cursor(after)
+    status = None
+    if filter is not None:
+        statuses = {shown: ours for ours, shown in VECTOR_STORE_FILE_STATUS.items()}
+        if filter not in statuses:  # cancelled: Citegate cancels no file's processing
+            return list_object([], False)
+        status = statuses[filter]
     page = await collections.list_documents(
-        session, principal.tenant_id, vector_store_id, limit, cursor
+        session, principal.tenant_id, vector_store_id, limit, cursor, status=status
     )
-    if filter not in (None, "completed"):
-        return list_object([], False)
     shown = [vector_store_file_object(document, vector_store_id) for document in page.items]
     return list_object(shown, page.next_cursor is not None)
 

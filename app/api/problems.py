@@ -196,7 +196,8 @@ _DECLARATIONS: dict[int, tuple[str, dict[str, Any], dict[str, Any]]] = {
         {},
     ),
     429: (
-        "The API key's request or token limit is reached; retry after `retry_after` seconds.",
+        "The API key's request or token limit is reached: retry after `retry_after` seconds; "
+        "or a budget of the key or its tenant is spent (`budget_exceeded`, not to retry).",
         problem_body(
             ErrorCode.RATE_LIMITED,
             "More than 60 requests in a minute with this key.",

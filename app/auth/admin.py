@@ -18,6 +18,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.auth import audit
 from app.auth.audit import Actor
+from app.auth.budgets import Setting, shown
 from app.auth.keys import (
     PREFIX_LENGTH,
     bump_version,
@@ -56,10 +57,36 @@ def key_status(key: ApiKey, now: datetime | None = None) -> str:
 # Tenants (operator only: the route's scope says so)
 
 
-async def create_tenant(session: AsyncSession, actor: Actor, name: str) -> Tenant:
+def _set_budget(row: Tenant | ApiKey, budget: Setting) -> None:
+    row.budget_nano_usd, row.budget_period = budget if budget is not None else (None, None)
+
+
+def _budget_setting(row: Tenant | ApiKey) -> Setting:
+    if row.budget_nano_usd is None or row.budget_period is None:
+        return None
+    return row.budget_nano_usd, row.budget_period
+
+
+def _budget_of(row: Tenant | ApiKey) -> dict[str, str] | None:
+    return shown(row.budget_nano_usd, row.budget_period)
+
+
+async def create_tenant(
+    session: AsyncSession, actor: Actor, name: str, budget: Setting = None
+) -> Tenant:
     tenant = Tenant(id=new_id("ten"), name=name)
+    _set_budget(tenant, budget)
     session.add(tenant)
-    audit.record(session, actor, "tenant.created", "tenant", tenant.id, tenant.id, name=name)
+    audit.record(
+        session,
+        actor,
+        "tenant.created",
+        "tenant",
+        tenant.id,
+        tenant.id,
+        name=name,
+        budget=_budget_of(tenant),
+    )
     try:
         await session.commit()
     except IntegrityError:
@@ -87,17 +114,31 @@ async def get_tenant(session: AsyncSession, actor: Actor, tenant_id: str) -> Ten
 
 
 async def update_tenant(
-    session: AsyncSession, actor: Actor, tenant_id: str, name: str | None
+    session: AsyncSession,
+    actor: Actor,
+    tenant_id: str,
+    name: str | None,
+    *,
+    budget: Setting = None,
+    set_budget: bool = False,
 ) -> Tenant:
+    """Rename a tenant, set or remove (``set_budget`` with None) its budget."""
     tenant = await get_tenant(session, actor, tenant_id)
+    changed: dict[str, object] = {}
     if name is not None and name != tenant.name:
-        tenant.name = name
-        audit.record(session, actor, "tenant.updated", "tenant", tenant.id, tenant.id, name=name)
+        tenant.name = changed["name"] = name
+    if set_budget and budget != _budget_setting(tenant):
+        _set_budget(tenant, budget)
+        changed["budget"] = _budget_of(tenant)
+        # Every process reads a tenant's budget with its keys: tell them.
+        await bump_version(session)
+    if changed:
+        audit.record(session, actor, "tenant.updated", "tenant", tenant.id, tenant.id, **changed)
         try:
             await session.commit()
         except IntegrityError:
             await session.rollback()
-            raise _name_taken(name) from None
+            raise _name_taken(name or "") from None  # only a new name can be taken
     return tenant
 
 
@@ -124,6 +165,7 @@ async def create_api_key(
     name: str | None,
     scopes: Iterable[str],
     expires_at: datetime | None,
+    budget: Setting = None,
 ) -> tuple[ApiKey, str]:
     """A new key of the tenant (the caller's own by default); returns it and its secret."""
     tenant = await get_tenant(session, actor, tenant_id or _caller(actor).tenant_id)
@@ -132,8 +174,18 @@ async def create_api_key(
     row, secret = new_key_row(
         tenant.id, _grantable(actor, scopes), name=name, expires_at=expires_at
     )
+    _set_budget(row, budget)
     session.add(row)
-    audit.record(session, actor, "api_key.created", "api_key", row.id, tenant.id, **key_fields(row))
+    audit.record(
+        session,
+        actor,
+        "api_key.created",
+        "api_key",
+        row.id,
+        tenant.id,
+        **key_fields(row),
+        budget=_budget_of(row),
+    )
     await bump_version(session)
     await session.commit()
     return row, secret
@@ -180,8 +232,11 @@ async def update_api_key(
     name: str | None = None,
     scopes: Iterable[str] | None = None,
     status: str | None = None,
+    budget: Setting = None,
+    set_budget: bool = False,
 ) -> tuple[ApiKey, dict[str, object]]:
-    """Rename a key, change its scopes, disable or enable it; returns it and what changed."""
+    """Rename a key, change its scopes, disable or enable it, set or remove (``set_budget``
+    with None) its budget; returns it and what changed."""
     key = await get_api_key(session, actor, key_id)
     _not_revoked(key)
     changed: dict[str, object] = {}
@@ -194,6 +249,9 @@ async def update_api_key(
             changed["scopes"] = granted
     if status is not None and status != key.status:
         key.status = changed["status"] = status
+    if set_budget and budget != _budget_setting(key):
+        _set_budget(key, budget)
+        changed["budget"] = _budget_of(key)
     if changed:
         key.updated_at = utcnow()
         audit.record(session, actor, "api_key.updated", "api_key", key.id, key.tenant_id, **changed)

@@ -32,6 +32,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
 
 from app.auth import audit
+from app.auth.budgets import Budget
 from app.auth.scopes import ALL_SCOPES, TENANT_SCOPES
 from app.auth.scopes import Principal as Principal  # where the rest of app imports it
 from app.db.models import DEFAULT_TENANT_ID, ApiKey, AuthVersion, Tenant, utcnow
@@ -180,18 +181,28 @@ def key_fields(row: ApiKey) -> dict[str, object]:
 # Built once, as every request runs one: building a statement costs more than running it. On
 # the table, not the entity: rows of plain columns skip the ORM's loading, which costs more again.
 _keys = ApiKey.__table__.c
+_tenants = Tenant.__table__.c
 _ANY_KEY = select(_keys.id).limit(1)
-_KEY_BY_HASH = select(
-    _keys.tenant_id,
-    _keys.id,
-    _keys.key_hash,
-    _keys.previous_hash,
-    _keys.previous_until,
-    _keys.revoked_at,
-    _keys.status,
-    _keys.expires_at,
-    _keys.scopes,
-).where(or_(_keys.key_hash == bindparam("digest"), _keys.previous_hash == bindparam("digest")))
+# With the budgets of the key and of its tenant: a change of the tenant's bumps the version too.
+_KEY_BY_HASH = (
+    select(
+        _keys.tenant_id,
+        _keys.id,
+        _keys.key_hash,
+        _keys.previous_hash,
+        _keys.previous_until,
+        _keys.revoked_at,
+        _keys.status,
+        _keys.expires_at,
+        _keys.scopes,
+        _keys.budget_nano_usd,
+        _keys.budget_period,
+        _tenants.budget_nano_usd.label("tenant_budget_nano_usd"),
+        _tenants.budget_period.label("tenant_budget_period"),
+    )
+    .join_from(ApiKey.__table__, Tenant.__table__, _keys.tenant_id == _tenants.id)
+    .where(or_(_keys.key_hash == bindparam("digest"), _keys.previous_hash == bindparam("digest")))
+)
 # The application_name of each process's connection that reads the version (PostgreSQL).
 VERSION_READER = "citegate-key-version"
 _VERSION = select(AuthVersion.__table__.c.version).where(AuthVersion.__table__.c.id == 1)
@@ -300,7 +311,17 @@ def _read(row: Any, digest: str, version: int) -> _Known:
             return _Known(version, None, None)
         ends.append(row.previous_until)
     until = min((_utc(end).timestamp() for end in ends if end is not None), default=None)
-    return _Known(version, Principal(row.tenant_id, row.id, frozenset(row.scopes)), until)
+    budgets = tuple(
+        budget
+        for budget in (
+            Budget.of(row.id, row.budget_nano_usd, row.budget_period, row.tenant_id),
+            Budget.of(
+                row.tenant_id, row.tenant_budget_nano_usd, row.tenant_budget_period, row.tenant_id
+            ),
+        )
+        if budget is not None
+    )
+    return _Known(version, Principal(row.tenant_id, row.id, frozenset(row.scopes), budgets), until)
 
 
 def _utc(moment: datetime) -> datetime:

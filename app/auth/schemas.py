@@ -12,12 +12,34 @@ from app.ids import NO_NUL, Id
 
 _NEXT_CURSOR = "`cursor` for the next page; null on the last page."
 Name = Field(min_length=1, max_length=200, pattern=NO_NUL)
+_BUDGET_FIELD = (
+    "At most this much spent upstream per period (reserved before each call at its maximum "
+    "cost, settled after); null: no budget. On an update, absent leaves it as it is."
+)
+
+
+class Budget(BaseModel):
+    """A spending limit: US dollars per UTC day, calendar month, or in total."""
+
+    model_config = ConfigDict(
+        extra="forbid", json_schema_extra={"examples": [{"usd": "50.00", "period": "month"}]}
+    )
+
+    usd: str = Field(
+        pattern=r"^[0-9]{1,9}(\.[0-9]{1,9})?$",
+        description="US dollars as a decimal string, not negative (at most 9 decimals).",
+        examples=["50.00"],
+    )
+    period: Literal["day", "month", "total"] = Field(
+        description="`day` and `month` roll over at UTC midnight and on the 1st; `total` never."
+    )
 
 
 class CreateTenantRequest(BaseModel):
     model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [{"name": "search"}]})
 
     name: str = Name
+    budget: Budget | None = Field(default=None, description=_BUDGET_FIELD)
 
 
 class UpdateTenantRequest(BaseModel):
@@ -26,6 +48,7 @@ class UpdateTenantRequest(BaseModel):
     )
 
     name: str | None = Field(default=None, min_length=1, max_length=200, pattern=NO_NUL)
+    budget: Budget | None = Field(default=None, description=_BUDGET_FIELD)
 
 
 class TenantOut(BaseModel):
@@ -34,7 +57,12 @@ class TenantOut(BaseModel):
     model_config = ConfigDict(
         json_schema_extra={
             "examples": [
-                {"id": "ten_01jf3k2m4n5p", "name": "search", "created_at": "2025-01-01T12:00:00Z"}
+                {
+                    "id": "ten_01jf3k2m4n5p",
+                    "name": "search",
+                    "created_at": "2025-01-01T12:00:00Z",
+                    "budget": {"usd": "50.00", "period": "month"},
+                }
             ]
         }
     )
@@ -42,6 +70,7 @@ class TenantOut(BaseModel):
     id: str
     name: str
     created_at: datetime
+    budget: Budget | None = Field(default=None, description="Its budget; null: none.")
 
 
 class TenantPage(BaseModel):
@@ -78,6 +107,7 @@ class CreateApiKeyRequest(BaseModel):
     expires_at: AwareDatetime | None = Field(
         default=None, description="When the key stops working; never by default."
     )
+    budget: Budget | None = Field(default=None, description=_BUDGET_FIELD)
 
 
 class UpdateApiKeyRequest(BaseModel):
@@ -90,6 +120,7 @@ class UpdateApiKeyRequest(BaseModel):
     status: Literal["active", "disabled"] | None = Field(
         default=None, description="`disabled`: refused until made `active` again."
     )
+    budget: Budget | None = Field(default=None, description=_BUDGET_FIELD)
 
 
 class RotateApiKeyRequest(BaseModel):
@@ -116,6 +147,7 @@ _KEY_EXAMPLE: dict[str, JsonValue] = {
     "expires_at": None,
     "revoked_at": None,
     "previous_secret_expires_at": None,
+    "budget": {"usd": "10.00", "period": "day"},
 }
 
 
@@ -137,6 +169,7 @@ class ApiKeyOut(BaseModel):
         default=None,
         description="After a rotation with a grace period: when the old secret stops working.",
     )
+    budget: Budget | None = Field(default=None, description="Its budget; null: none.")
 
 
 class ApiKeyWithSecret(ApiKeyOut):

@@ -16,6 +16,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
+from app.auth.budgets import Budget
+
 
 class Scope(StrEnum):
     READ = "read"
@@ -35,11 +37,13 @@ OPEN_SCOPES = frozenset({Scope.READ, Scope.WRITE})
 @dataclass(frozen=True, slots=True)
 class Principal:
     """Who is calling: a tenant, through a key (or none while the service runs open), with
-    what the key may do."""
+    what the key may do and the budgets its upstream calls spend (the key's, its tenant's;
+    none: no budget is looked at)."""
 
     tenant_id: str
     key_id: str | None
     scopes: frozenset[str] = OPEN_SCOPES
+    budgets: tuple[Budget, ...] = ()
 
 
 # POSTs that only read: searching, and counting an answer's tokens.

@@ -28,6 +28,7 @@ from app.answers.context import AnswerContext
 from app.answers.judging import judge_rows
 from app.answers.request import Prepared, passages_asked
 from app.answers.store import Reply, answer_row, count_stored
+from app.auth import budgets
 from app.auth.keys import Principal
 from app.batches.service import PENDING, made_nothing, send_batch
 from app.db.models import Answer, AnswerBatch, AnswerBatchRequest, utcnow
@@ -340,10 +341,20 @@ class BatchPoller:
         answers = [values for _, _, values in stored if values is not None]
         for answer in answers:
             answer["api_key_id"] = batch.key_id  # whose usage it is
-        answered = sum(sum(answer["usage"].values()) for answer in answers)
+        # Budgets: the chunk's reservations settled as what its answers cost, in the same
+        # transaction as its requests leave ``pending`` (so once).
+        reserved = sum(request.reserved_nano_usd for request in requests)
+        spent = sum(
+            budgets.cost(self._context.prices, values["model"], values["usage"], batch=True)
+            for values in answers
+        )
+        tokens = sum(sum(values["usage"].values()) for values in answers)
+        # Answers asking for the judge are judged before they are stored, each call on the
+        # asker's budgets and daily tokens as for an answer asked alone.
+        asker = Principal(batch.tenant_id, batch.key_id)
         judging = {request.position for request in requests if request.support == "judge"}
-        answered += await judge_rows(
-            self._context, [values for at, _, values in stored if values and at in judging]
+        tokens += await judge_rows(
+            self._context, [values for at, _, values in stored if values and at in judging], asker
         )
         async with self._context.engine.begin() as connection:
             if answers:
@@ -355,6 +366,7 @@ class BatchPoller:
                     for position, (status, error), _ in stored
                 ],
             )
+            await budgets.settle_in(connection, batch.budget_owners, reserved, spent)
             await self._renew(connection, batch.id)
         for _, (status, _), values in stored:
             self._metrics.batch_results.labels(status).inc()
@@ -362,7 +374,7 @@ class BatchPoller:
                 count_stored(self._metrics, values)
         # Spent as answers asked alone spend them (the judge's calls too), once per chunk stored
         # (a chunk read again is not stored again: its requests are no longer pending).
-        await self._context.limits.spend_tokens(Principal(batch.tenant_id, batch.key_id), answered)
+        await self._context.limits.spend_tokens(asker, tokens)
 
     async def _renew(self, connection: AsyncConnection, batch_id: str) -> None:
         renewed = await connection.execute(
@@ -404,12 +416,24 @@ class BatchPoller:
         never ended the batch, or lost it)."""
         async with self._context.engine.begin() as connection:
             await self._renew(connection, batch_id)
+            # Budgets: what the requests left without a result reserved is released.
+            owners = await connection.scalar(
+                select(AnswerBatch.budget_owners).where(AnswerBatch.id == batch_id)
+            )
+            if owners:
+                reserved = await connection.scalar(
+                    select(func.sum(AnswerBatchRequest.reserved_nano_usd)).where(
+                        AnswerBatchRequest.batch_id == batch_id,
+                        AnswerBatchRequest.status == PENDING,
+                    )
+                )
+                await budgets.settle_in(connection, owners, int(reserved or 0), 0)
             left = await connection.execute(
                 update(AnswerBatchRequest)
                 .where(
                     AnswerBatchRequest.batch_id == batch_id, AnswerBatchRequest.status == PENDING
                 )
-                .values(status=unanswered, error=error)
+                .values(status=unanswered, error=error, reserved_nano_usd=0)
             )
             await connection.execute(
                 self._ours(update(AnswerBatch), batch_id).values(
@@ -444,7 +468,7 @@ _SET_RESULT = (
             AnswerBatchRequest.status == PENDING,
         )
     )
-    .values(status=bindparam("status"), error=bindparam("error"))
+    .values(status=bindparam("status"), error=bindparam("error"), reserved_nano_usd=0)
 )
 
 

@@ -24,10 +24,13 @@ from pydantic import ValidationError
 from sqlalchemy import delete, func, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from app.answers import spending
 from app.answers.context import AnswerContext
 from app.answers.request import Prepared, prepare
 from app.answers.schemas import AnswerRequest
 from app.answers.store import system_text
+from app.auth import budgets
+from app.auth.budgets import NO_RESERVATION
 from app.auth.keys import Principal
 from app.batches.schemas import NOT_IN_BATCHES, AnswerBatchItem
 from app.db.models import Answer, AnswerBatch, AnswerBatchRequest, utcnow
@@ -188,9 +191,17 @@ async def store_batch(
     """
     now = utcnow()
     content = None
+    costs: list[int] = []
+    reservation = NO_RESERVATION
     if any(question.prepared is not None for question in questions):
         await context.limits.check_tokens(principal)
         content = await anyio.to_thread.run_sync(batch_body, questions)
+        if principal.budgets:
+            # Every request's maximum cost, at the batch price, reserved now as one amount;
+            # each request's share is settled as its result is stored (app.batches.poller),
+            # what is left released when the batch ends without it.
+            costs = await anyio.to_thread.run_sync(_max_costs, context, questions)
+            reservation = await budgets.reserve(context.engine, principal.budgets, sum(costs))
     creator = secrets.token_hex(8)
     lease = timedelta(seconds=context.settings.batch_lease_seconds)
     batch_id = new_id("batch")
@@ -211,14 +222,20 @@ async def store_batch(
         "polls_unchanged": 0,
         "lease_owner": creator if content is not None else None,
         "lease_until": now + lease if content is not None else None,
+        "budget_owners": [list(row) for row in reservation.owners] or None,
     }
     rows = [
         _request_row(batch_id, principal.tenant_id, position, question)
+        | {"reserved_nano_usd": costs[position] if costs else 0}
         for position, question in enumerate(questions)
     ]
-    async with context.engine.begin() as connection:
-        await connection.execute(insert(AnswerBatch), [batch])
-        await connection.execute(insert(AnswerBatchRequest), rows)
+    try:
+        async with context.engine.begin() as connection:
+            await connection.execute(insert(AnswerBatch), [batch])
+            await connection.execute(insert(AnswerBatchRequest), rows)
+    except BaseException:
+        await spending.release(context, reservation)
+        raise
     for row in rows:
         if row["status"] != PENDING:
             context.metrics.batch_results.labels(row["status"]).inc()
@@ -234,11 +251,22 @@ async def store_batch(
             return AnswerBatch(**batch)
         async with context.engine.begin() as connection:
             await connection.execute(delete(AnswerBatch).where(AnswerBatch.id == batch_id))
+        await spending.release(context, reservation)  # nothing was made: nothing is spent
         raise
     if upstream is not None:
         batch |= {"status": "in_progress", "upstream_batch_id": upstream.id}
         batch |= {"expires_at": upstream.expires_at, "upstream_sent_at": now}
     return AnswerBatch(**batch)
+
+
+def _max_costs(context: AnswerContext, questions: Sequence[BatchQuestion]) -> list[int]:
+    """Each request's maximum cost at the batch price (0 for one refused already)."""
+    return [
+        0
+        if question.prepared is None
+        else spending.max_cost(context, question.prepared.request, batch=True)
+        for question in questions
+    ]
 
 
 def made_nothing(exc: UpstreamError) -> bool:

@@ -23,6 +23,8 @@ from app.pagination import Page, decode_cursor, paginate
 class CountedCollection:
     collection: Collection
     document_count: int
+    processing: int = 0  # of them, still being read by OCR
+    failed: int = 0  # of them, that could not be read
 
 
 async def create_collection(
@@ -50,7 +52,7 @@ async def get_collection(
     """The tenant's collection; any other id, including another tenant's, is not found."""
     collection = await _owned(session, tenant_id, collection_id)
     counts = await _document_counts(session, [collection.id])
-    return CountedCollection(collection, counts.get(collection.id, 0))
+    return _counted(collection, counts)
 
 
 async def list_collections(
@@ -59,7 +61,7 @@ async def list_collections(
     """Newest first."""
     page = await list_newest(session, Collection, tenant_id, limit, cursor)
     counts = await _document_counts(session, [c.id for c in page.items])
-    items = [CountedCollection(c, counts.get(c.id, 0)) for c in page.items]
+    items = [_counted(c, counts) for c in page.items]
     return Page(items, page.next_cursor)
 
 
@@ -68,7 +70,7 @@ async def counted(
 ) -> list[CountedCollection]:
     """These collections, each with its number of documents."""
     counts = await _document_counts(session, [c.id for c in collections])
-    return [CountedCollection(c, counts.get(c.id, 0)) for c in collections]
+    return [_counted(c, counts) for c in collections]
 
 
 async def get_membership(
@@ -142,15 +144,24 @@ async def remove_document(
 
 
 async def list_documents(
-    session: AsyncSession, tenant_id: str, collection_id: str, limit: int, cursor: str | None
+    session: AsyncSession,
+    tenant_id: str,
+    collection_id: str,
+    limit: int,
+    cursor: str | None,
+    *,
+    status: str | None = None,
 ) -> Page[Document]:
-    """The collection's documents, newest first."""
+    """The collection's documents, newest first (only those of ``status`` when it is given:
+    ``ready``, ``processing`` or ``failed``)."""
     collection = await _owned(session, tenant_id, collection_id)
     query = (
         select(Document)
         .join(CollectionDocument, CollectionDocument.document_id == Document.id)
         .where(CollectionDocument.collection_id == collection.id)
     )
+    if status is not None:
+        query = query.where(Document.status == status)
     if cursor is not None:
         query = query.where(Document.id < decode_cursor(cursor))
     rows = (await session.scalars(query.order_by(Document.id.desc()).limit(limit + 1))).all()
@@ -193,12 +204,29 @@ async def _owned(session: AsyncSession, tenant_id: str, collection_id: str) -> C
     return await get_owned(session, Collection, tenant_id, collection_id, "collection")
 
 
-async def _document_counts(session: AsyncSession, collection_ids: list[str]) -> dict[str, int]:
+async def _document_counts(
+    session: AsyncSession, collection_ids: list[str]
+) -> dict[str, dict[str, int]]:
+    """Each collection's documents counted by their status."""
     if not collection_ids:
         return {}
     rows = await session.execute(
-        select(CollectionDocument.collection_id, func.count())
+        select(CollectionDocument.collection_id, Document.status, func.count())
+        .join(Document, Document.id == CollectionDocument.document_id)
         .where(CollectionDocument.collection_id.in_(collection_ids))
-        .group_by(CollectionDocument.collection_id)
+        .group_by(CollectionDocument.collection_id, Document.status)
     )
-    return {collection_id: count for collection_id, count in rows.all()}
+    counts: dict[str, dict[str, int]] = {}
+    for collection_id, status, count in rows.all():
+        counts.setdefault(collection_id, {})[status] = count
+    return counts
+
+
+def _counted(collection: Collection, counts: dict[str, dict[str, int]]) -> CountedCollection:
+    by_status = counts.get(collection.id, {})
+    return CountedCollection(
+        collection,
+        sum(by_status.values()),
+        by_status.get("processing", 0),
+        by_status.get("failed", 0),
+    )

@@ -157,7 +157,7 @@ class RowInserter:
 
     def __init__(self, engine: AsyncEngine, model: type[DeclarativeBase]) -> None:
         # every column, in the table's order
-        self._statement = _Statement(engine, insert(model))
+        self._statement = Statement(engine, insert(model))
 
     async def insert(self, values: Mapping[str, Any]) -> None:
         """Insert the row of ``values`` (one for every column) and commit it."""
@@ -180,16 +180,17 @@ class RowUpdater:
             .values({name: bindparam(name, type_=table.columns[name].type) for name in columns})
         )
         self._key = key.key
-        self._statement = _Statement(engine, statement)
+        self._statement = Statement(engine, statement)
 
     async def update(self, values: Mapping[str, Any]) -> None:
         """Set the columns of the row whose key ``values`` holds to ``values``' and commit."""
         await self._statement.run({**values, f"key_{self._key}": values[self._key]})
 
 
-class _Statement:
+class Statement:
     """One compiled statement of positional parameters, run on a pooled connection's DBAPI
-    cursor and committed by itself (``RowInserter`` says how and why)."""
+    cursor and committed by itself (``RowInserter`` says how and why): also the budgets'
+    reservations (``app.auth.budgets``), which need how many rows it changed."""
 
     def __init__(self, engine: AsyncEngine, statement: Any) -> None:
         dialect = engine.dialect
@@ -204,14 +205,16 @@ class _Statement:
         ]
         self._engine = engine.sync_engine
 
-    async def run(self, values: Mapping[str, Any]) -> None:
+    async def run(self, values: Mapping[str, Any]) -> int:
+        """Run it with these values, committed; how many rows it changed."""
         parameters = [
             values[name] if process is None else process(values[name])
             for name, process in self._binds
         ]
-        await greenlet_spawn(self._run, parameters)
+        changed: int = await greenlet_spawn(self._run, parameters)
+        return changed
 
-    def _run(self, parameters: list[Any]) -> None:
+    def _run(self, parameters: list[Any]) -> int:
         engine = self._engine
         dialect = engine.dialect
         connection: PoolProxiedConnection | None = None
@@ -222,6 +225,7 @@ class _Statement:
                 try:
                     cursor = connection.cursor()
                     cursor.execute(self._sql, parameters)
+                    changed: int = cursor.rowcount
                     cursor.close()
                     dbapi_connection.commit()
                 except BaseException:
@@ -232,9 +236,11 @@ class _Statement:
                 try:
                     cursor = connection.cursor()
                     cursor.execute(self._sql, parameters)
+                    changed = cursor.rowcount
                     cursor.close()
                 finally:  # the next user of the connection has its transactions as before
                     dbapi_connection.autocommit = False
+            return changed
         except dialect.loaded_dbapi.Error as error:
             broken = dialect.is_disconnect(error, connection, None)
             if broken and connection is not None:

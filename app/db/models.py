@@ -73,6 +73,9 @@ class Tenant(Base):
     id: Mapped[str] = mapped_column(String(40), primary_key=True)
     name: Mapped[str] = mapped_column(String(200), unique=True)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+    # A budget (app.auth.budgets): nano-USD per day, month or in total; null for none.
+    budget_nano_usd: Mapped[int | None] = mapped_column(BigInteger)
+    budget_period: Mapped[str | None] = mapped_column(String(8))
 
 
 class ApiKey(Base):
@@ -96,6 +99,23 @@ class ApiKey(Base):
     previous_hash: Mapped[str | None] = mapped_column(String(64), unique=True)
     previous_until: Mapped[datetime | None] = mapped_column(UTCDateTime())
     updated_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    # A budget (app.auth.budgets): nano-USD per day, month or in total; null for none.
+    budget_nano_usd: Mapped[int | None] = mapped_column(BigInteger)
+    budget_period: Mapped[str | None] = mapped_column(String(8))
+
+
+class BudgetSpend(Base):
+    """What a budget's owner (a tenant's or key's id) spent in one period, and what calls
+    under way reserved: reserved by one conditional UPDATE, settled after (app.auth.budgets)."""
+
+    __tablename__ = "budget_spend"
+
+    owner_id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    period: Mapped[str] = mapped_column(String(8), primary_key=True)  # day | month | total
+    period_start: Mapped[datetime] = mapped_column(UTCDateTime(), primary_key=True)
+    tenant_id: Mapped[str] = mapped_column(String(40))  # the owner's, or the owner's key's
+    spent_nano_usd: Mapped[int] = mapped_column(BigInteger, default=0)
+    reserved_nano_usd: Mapped[int] = mapped_column(BigInteger, default=0)
 
 
 class UsageRecord(Base):
@@ -252,6 +272,22 @@ class DocumentChunk(Base):
     search_text: Mapped[str | None] = mapped_column(Text)
 
 
+class SearchStatistics(Base):
+    """A tenant's number of chunks and the generation of its search index, which changes with
+    every chunk written or deleted, each the sum over the tenant's rows (one a shard: on
+    PostgreSQL a transaction updates the shard of its server process, so that concurrent
+    uploads of a tenant do not wait for each other's row). Kept by triggers on
+    ``document_chunks`` (migration 0019), read by app.search to weigh words by their rarity
+    among the tenant's chunks."""
+
+    __tablename__ = "search_statistics"
+
+    tenant_id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    shard: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
+    chunk_count: Mapped[int] = mapped_column(BigInteger)
+    generation: Mapped[int] = mapped_column(BigInteger)
+
+
 class Collection(Base):
     """A named set of the tenant's documents; a document may be in many."""
 
@@ -405,6 +441,9 @@ class AnswerBatch(Base):
     # known, so that it can be sent again), ``upstream_sent_at`` when it was last sent.
     upstream_body: Mapped[bytes | None] = mapped_column(LargeBinary, deferred=True)
     upstream_sent_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    # The budget ledger rows its requests reserved in when it was made (``Reservation.owners``
+    # of app.auth.budgets); null when no budget applied.
+    budget_owners: Mapped[list[list[str]] | None] = mapped_column(JSON)
 
 
 class AnswerBatchRequest(Base):
@@ -436,6 +475,8 @@ class AnswerBatchRequest(Base):
     error: Mapped[dict[str, Any] | None] = mapped_column(JSON)
     # How its citations' support is checked (``AnswerRequest.support``); None before 0014.
     support: Mapped[str | None] = mapped_column(String(16))
+    # What it reserved of the batch's budgets (nano-USD); 0 once settled or released.
+    reserved_nano_usd: Mapped[int] = mapped_column(BigInteger, default=0)
 
 
 class LocalEngineBatch(Base):

@@ -18,6 +18,7 @@ import re
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import pypdfium2 as pdfium
 import pypdfium2.raw as pdfium_c
@@ -232,7 +233,7 @@ def _extract_with_pypdf(data: bytes) -> PdfText:
         if reader.is_encrypted:
             raise PdfError(ErrorCode.PDF_ENCRYPTED, "The PDF is encrypted.")
         pages = [
-            without_hyphenation(storable_text(page.extract_text() or ""))[0]
+            page_text(page.extract_text() or "", _pypdf_form_values(page)).text
             for page in reader.pages
         ]
     except PdfError:
@@ -244,6 +245,43 @@ def _extract_with_pypdf(data: bytes) -> PdfText:
     if not pages:
         raise PdfError(ErrorCode.PDF_INVALID, "The PDF has no pages.")
     return PdfText(pages, [text_layer_verdict(text) for text in pages], "pypdf")
+
+
+# pypdf's names of the form field types whose value is text a reader sees (``_TEXT_FIELD_TYPES``).
+_PYPDF_TEXT_FIELD_TYPES = frozenset(("/Tx", "/Ch"))
+
+
+def _pypdf_form_values(page: Any) -> list[FormValue]:
+    """The page's filled text, combo and list fields as pypdf reads them, in the order
+    ``form_values`` gives PDFium's: what the fallback parser keeps of a filled form."""
+    found = []
+    for reference in page.get("/Annots") or ():
+        annot = reference.get_object()
+        if annot.get("/Subtype") != "/Widget":
+            continue
+        kind, value = _inherited(annot, "/FT"), _inherited(annot, "/V")
+        if kind not in _PYPDF_TEXT_FIELD_TYPES or value is None:
+            continue
+        values = value if isinstance(value, list) else [value]
+        text = ", ".join(str(item) for item in values).strip()
+        if text:
+            x0, y0, x1, y1 = (float(number) for number in annot["/Rect"])
+            rect = (min(x0, x1), min(y0, y1), max(x0, x1), max(y0, y1))  # corners in any order
+            found.append(FormValue(text, rect))
+    found.sort(key=lambda item: (-round(item.rect[3]), item.rect[0]))
+    return found
+
+
+def _inherited(node: Any, key: str, depth: int = 32) -> Any:
+    """A field's entry, or its nearest ancestor's (a widget's field type and value may be its
+    parent field's); None when none has it."""
+    while node is not None and depth > 0:
+        if key in node:
+            return node[key].get_object() if hasattr(node[key], "get_object") else node[key]
+        parent = node.get("/Parent")
+        node = parent.get_object() if parent is not None else None
+        depth -= 1
+    return None
 
 
 def storable_text(text: str) -> str:

@@ -104,6 +104,18 @@ class Progress(BaseModel):
     pages_total: int = Field(description="The document's pages.")
 
 
+class PagesRead(BaseModel):
+    """How a PDF's pages were read, counted from its pages (`listDocumentPages` has each)."""
+
+    text_layer: int = Field(description="Pages read from their PDF text layer.")
+    ocr: int = Field(description="Pages read by OCR.")
+    none: int = Field(description="Pages with no text: no text layer, and none found by OCR.")
+    pending: int = Field(description="Pages waiting for OCR (while `processing`).")
+    ocr_confidence: float | None = Field(
+        description="The mean of the OCR'd pages' confidence (0 to 1); null when none was."
+    )
+
+
 class DocumentError(BaseModel):
     """Why a document could not be read."""
 
@@ -136,6 +148,13 @@ class DocumentOut(BaseModel):
                     "status": "ready",
                     "progress": None,
                     "error": None,
+                    "pages_read": {
+                        "text_layer": 3,
+                        "ocr": 1,
+                        "none": 0,
+                        "pending": 0,
+                        "ocr_confidence": 0.93,
+                    },
                 }
             ]
         }
@@ -169,6 +188,11 @@ class DocumentOut(BaseModel):
         default=None, description="While `processing`: pages read so far of the document's."
     )
     error: DocumentError | None = Field(default=None, description="Set when `failed`.")
+    pages_read: PagesRead | None = Field(
+        default=None,
+        description="A PDF's pages by where their text came from; null for documents that "
+        "are not PDFs (and PDFs stored before pages were recorded).",
+    )
 
 
 class ChunkOut(BaseModel):

@@ -8,6 +8,7 @@ import binascii
 import hashlib
 import logging
 import time
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from email.message import Message
@@ -15,7 +16,7 @@ from typing import Any, TypeVar
 
 import orjson
 from anyio import to_thread
-from sqlalchemy import Select, delete, insert, select
+from sqlalchemy import Select, bindparam, case, delete, func, insert, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import InstrumentedAttribute
@@ -42,7 +43,7 @@ from app.documents.kinds import (
     kind_for_media_type,
 )
 from app.documents.reading import OcrOptions, check_page_limit, pages_to_read
-from app.documents.schemas import Base64PdfSource, DocumentSource, TextSource
+from app.documents.schemas import Base64PdfSource, DocumentSource, PagesRead, TextSource
 from app.documents.sources import SourceCache
 from app.errors import ErrorCode, InvalidDocument, PayloadTooLarge
 from app.ids import new_id
@@ -485,6 +486,40 @@ async def list_pages(
     document = await get_document(session, tenant_id, document_id)
     query = select(DocumentPageRow).where(DocumentPageRow.document_id == document.id)
     return await _in_order(session, query, DocumentPageRow.page_number, limit, cursor)
+
+
+async def pages_read(session: AsyncSession, document_ids: Sequence[str]) -> dict[str, PagesRead]:
+    """How the pages of these documents were read, counted by one aggregate query over their
+    pages (a document without pages has no entry)."""
+    if not document_ids:
+        return {}
+    rows = await session.execute(_PAGES_READ, {"ids": list(document_ids)})
+    counts: dict[str, dict[str, Any]] = {}
+    for document_id, source, count, confidence in rows.all():
+        found = counts.setdefault(document_id, dict.fromkeys(_SOURCES, 0))
+        found[source] = count
+        if source == "ocr" and confidence is not None:
+            found["ocr_confidence"] = round(float(confidence), 4)
+    return {
+        document_id: PagesRead(**{"ocr_confidence": None} | found)
+        for document_id, found in counts.items()
+    }
+
+
+# Built once, as every route that shows documents runs it, on the table, not the entity: plain
+# rows skip the ORM's loading (half the time of the query on SQLite).
+_pages = DocumentPageRow.__table__.c
+_PAGES_READ = (
+    select(
+        _pages.document_id,
+        _pages.text_source,
+        func.count(),
+        func.avg(case((_pages.text_source == "ocr", _pages.ocr_confidence))),
+    )
+    .where(_pages.document_id.in_(bindparam("ids", expanding=True)))
+    .group_by(_pages.document_id, _pages.text_source)
+)
+_SOURCES = ("text_layer", "ocr", "none", "pending")
 
 
 async def get_document(session: AsyncSession, tenant_id: str, document_id: str) -> Document:

@@ -422,7 +422,8 @@ async def _build(
                 else kind.request_bytes(part.size_bytes, 0)
                 for part in sent
             ),
-            kind.estimated_tokens(document.char_count, document.page_count),
+            # A PDF read by OCR goes as its text: its tokens are its text's, no page images.
+            kind.estimated_tokens(document.char_count, _sent_size(document)[0]),
         )
         sources.append(
             SourceDocument(

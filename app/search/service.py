@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Sequence
 
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -10,12 +11,51 @@ from app.db.models import Collection
 from app.db.tenancy import get_owned, titles_of
 from app.search import index
 from app.search.passages import Passage, build_windows, candidate_hits, ranges_to_read
-from app.search.terms import affordable_terms, query_terms
+from app.search.terms import affordable_terms, query_terms, rarity
 
 __all__ = ["Passage", "search_collection_passages", "search_passages"]
 
 # Chunks ranked for one search at most, about (see app.search.terms.affordable_terms).
 MATCH_BUDGET = 2000
+
+
+class WordCounts:
+    """How many of a tenant's chunks match each word (capped at MATCH_BUDGET + 1), as counted
+    at a generation of the tenant's index (``index.Statistics``), for this process: a search
+    counts only the words it has not seen since the tenant's chunks last changed. Each
+    process's own; the generation, read by every search, tells when its counts are stale (it
+    starts at a random number, so another database under the same name never matches it).
+    Bounded: the tenants searched last, and so many words each (then their words start over).
+    """
+
+    def __init__(self, tenants: int = 1024, words: int = 4096) -> None:
+        self._tenants = tenants
+        self._words = words
+        self._counts: OrderedDict[str, tuple[int, dict[str, int]]] = OrderedDict()
+
+    def known(self, tenant_id: str, generation: int) -> dict[str, int]:
+        """The counts known for the tenant at that generation (to read, not to change)."""
+        entry = self._counts.get(tenant_id)
+        if entry is None or entry[0] != generation:
+            return {}
+        self._counts.move_to_end(tenant_id)
+        return entry[1]
+
+    def learn(self, tenant_id: str, generation: int, counts: dict[str, int]) -> None:
+        entry = self._counts.get(tenant_id)
+        if entry is None or entry[0] != generation or len(entry[1]) + len(counts) > self._words:
+            entry = (generation, {})
+            self._counts[tenant_id] = entry
+        entry[1].update(counts)
+        self._counts.move_to_end(tenant_id)
+        while len(self._counts) > self._tenants:
+            self._counts.popitem(last=False)
+
+    def clear(self) -> None:
+        self._counts.clear()
+
+
+word_counts = WordCounts()
 
 
 async def search_passages(
@@ -66,12 +106,16 @@ async def _search(
     terms = query_terms(query)
     if not terms or limit < 1:
         return []
-    counts = await index.match_counts(session, tenant_id, terms, MATCH_BUDGET + 1)
-    terms = affordable_terms(terms, counts, MATCH_BUDGET)
+    statistics = await index.statistics(session, tenant_id)
+    if statistics.chunk_count <= 0:
+        return []
+    counts = await _counts(session, tenant_id, terms, statistics)
+    kept = affordable_terms(terms, [counts[term] for term in terms], MATCH_BUDGET)
+    weights = {term: rarity(statistics.chunk_count, counts[term]) for term in kept}
     # The index ranks more chunks than passages are wanted: neighbours merge and documents
     # are capped, so several hits may end in one passage.
     ranked = await index.ranked_chunks(
-        session, tenant_id, terms, scope, limit * (2 * window + 1) * 2
+        session, tenant_id, weights, scope, limit * (2 * window + 1) * 2, large=statistics.large
     )
     hits = candidate_hits(ranked, limit, per_document, window)
     chunks = await index.read_chunks(session, ranges_to_read(hits, window))
@@ -93,3 +137,19 @@ async def _search(
         )
         for w in windows
     ]
+
+
+async def _counts(
+    session: AsyncSession, tenant_id: str, terms: list[str], statistics: index.Statistics
+) -> dict[str, int]:
+    """How many of the tenant's chunks match each term (capped), counting only those this
+    process has not counted since the tenant's chunks last changed."""
+    known = word_counts.known(tenant_id, statistics.generation)
+    unknown = [term for term in terms if term not in known]
+    counted = await index.match_counts(
+        session, tenant_id, unknown, MATCH_BUDGET + 1, large=statistics.large
+    )
+    fresh = dict(zip(unknown, counted, strict=True))
+    if fresh:
+        word_counts.learn(tenant_id, statistics.generation, fresh)
+    return {term: known.get(term, fresh.get(term, 0)) for term in terms}

@@ -12,6 +12,7 @@ letters and digits, and those are OR-ed together (ranking does the rest), so quo
 
 from __future__ import annotations
 
+import math
 import re
 
 # Han (with extensions and compatibility ideographs), hiragana, katakana, half-width katakana.
@@ -103,3 +104,12 @@ def affordable_terms(terms: list[str], counts: list[int], budget: int) -> list[s
         kept.add(position)
         total += count
     return [term for position, term in enumerate(terms) if position in kept]
+
+
+def rarity(total: int, count: int) -> float:
+    """How much a word weighs in a search: BM25's inverse document frequency of a word that
+    ``count`` of a tenant's ``total`` chunks hold (always above 0; the rarer, the more). Read
+    one after the other, the two may disagree for a moment: a count above the total is the
+    total."""
+    count = min(count, total)
+    return math.log(1 + (total - count + 0.5) / (count + 0.5))

@@ -35,6 +35,12 @@ def cer(read: str, expected: str) -> float:
     return Levenshtein.distance(read, expected) / len(expected)
 
 
+@pytest.fixture(autouse=True)
+def no_keys(client: httpx.Client) -> None:
+    """Every test starts with no data and no API key, as the ``client`` fixture makes it: a
+    key another test file left in the database would make these apps ask for one (401)."""
+
+
 @pytest.fixture(scope="module")
 def ocr_client(settings: Settings) -> Iterator[httpx.Client]:
     """Citegate with OCR on (as it is by default), two worker processes."""

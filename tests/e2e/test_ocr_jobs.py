@@ -65,6 +65,13 @@ def _descendants(pid: int) -> list[int]:
     return found
 
 
+@pytest.fixture(autouse=True)
+def no_keys(client: httpx.Client) -> None:
+    """Every test starts with no data and no API key, as the ``client`` fixture makes it: on
+    PostgreSQL the processes share the test session's database, where a key another test file
+    left would make them ask for one (401)."""
+
+
 @pytest.fixture
 def served_database(tmp_path: Path, database_url: str) -> str:
     """The test session's PostgreSQL, or a SQLite file of the test's own (migrated by serve)."""

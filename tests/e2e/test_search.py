@@ -4,6 +4,7 @@ language, with what query, and never a deleted document."""
 from __future__ import annotations
 
 import itertools
+import math
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +16,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from app.collections.service import collection_document_ids
 from app.db.engine import run_in_session
 from app.db.models import DEFAULT_TENANT_ID
-from app.search.index import RANKED_AT_MOST
+from app.search.index import RANKED_AT_MOST, TIE_WEIGHT
 from app.search.service import MATCH_BUDGET, search_passages
 from app.settings import Settings
 from tests.e2e.test_documents import all_chunks, assert_problem, upload
@@ -109,6 +110,79 @@ def test_questions_find_their_article_and_page(
         assert passage["start_page"] == passage["end_page"]
         assert {c["page_number"] for c in run} == {passage["start_page"]}
     assert "kuiper" in passages[0]["text"].lower()
+
+
+def test_the_readmes_example_finds_the_passage_with_the_rare_word_first(
+    client: httpx.Client, library: dict[str, str]
+) -> None:
+    """README, "Collections and search": the letter of its quickstart in a collection, "How fast
+    is Kuiper?". "fast" is in a dozen of the letter's chunks, some of them short sentences;
+    "Kuiper" in two long ones, which hold no "fast": the rarer word wins, whatever the length."""
+    letter = upload(
+        client, "letter.pdf", AMAZON.read_bytes(), title="Amazon 2023 Shareholder Letter"
+    ).json()["id"]
+    handbook = client.post("/v1/collections", json={"name": "Handbook"}).json()["id"]
+    added = client.post(f"/v1/collections/{handbook}/documents", json={"document_ids": [letter]})
+    assert added.status_code == 200, added.text
+    for scope in [{"collection_id": handbook}, {"collection_id": library["collection"]}]:
+        passages = search(client, query="How fast is Kuiper?", limit=10, **scope)
+        assert "Kuiper" in passages[0]["text"], [p["text"][:80] for p in passages]
+        assert "fast" not in passages[0]["text"].lower().split()
+        # The passages with "fast" but no "Kuiper" follow, a whole word's weight lower.
+        assert any("Kuiper" not in p["text"] and "fast" in p["text"].lower() for p in passages[1:])
+        assert all(p["score"] < passages[0]["score"] - 0.5 for p in passages[1:])
+
+
+def test_a_words_weight_is_its_rarity_among_the_tenants_chunks_as_they_change(
+    client: httpx.Client,
+) -> None:
+    """A chunk scores the inverse document frequency of the query's words it holds (BM25's,
+    from the tenant's own counts: N chunks, n of them holding the word), whatever its length,
+    and the counts follow the documents the tenant adds and deletes."""
+
+    def store(name: str, text: str) -> str:
+        response = upload(client, name, text.encode())
+        assert response.status_code == 201, response.text
+        assert response.json()["chunk_count"] == 1
+        return str(response.json()["id"])
+
+    kuiper = store(
+        "kuiper.txt",
+        "Project Kuiper is a low Earth orbit satellite initiative that aims to provide "
+        "broadband connectivity to hundreds of millions of households who lack it today.",
+    )
+    fast = [store(f"fast-{n}.txt", f"Delivery {n} was fast.") for n in range(2)]
+    others = [store(f"other-{n}.txt", f"Nothing to see {n}.") for n in range(3)]
+    collection = add_collection(client, [kuiper, *fast])
+
+    def idf(total: int, holding: int) -> float:
+        return math.log(1 + (total - holding + 0.5) / (holding + 0.5))
+
+    def found() -> list[tuple[str, float]]:
+        passages = search(client, query="How fast is Kuiper?", collection_id=collection)
+        return [(p["document_id"], p["score"]) for p in passages]
+
+    def assert_scores(results: list[tuple[str, float]], expected: dict[str, float]) -> None:
+        assert {document for document, _ in results} == set(expected)
+        for document, score in results:
+            assert expected[document] <= score < expected[document] + TIE_WEIGHT
+
+    # 6 chunks: "kuiper" in one, "fast" in two. The long sentence first.
+    first = found()
+    assert first[0][0] == kuiper
+    assert_scores(first, {kuiper: idf(6, 1), **dict.fromkeys(fast, idf(6, 2))})
+    # Three more of the tenant's chunks hold "Kuiper" (outside the collection): it is now the
+    # commoner word, and the short sentences come first.
+    more = [store(f"more-{n}.txt", f"Kuiper note {n}.") for n in range(3)]
+    second = found()
+    assert second[-1][0] == kuiper
+    assert_scores(second, {kuiper: idf(9, 4), **dict.fromkeys(fast, idf(9, 2))})
+    # They are deleted, and others too: the counts follow.
+    for document in [*more, *others]:
+        assert client.delete(f"/v1/documents/{document}").status_code == 204
+    third = found()
+    assert third[0][0] == kuiper
+    assert_scores(third, {kuiper: idf(3, 1), **dict.fromkeys(fast, idf(3, 2))})
 
 
 def test_passages_stay_inside_their_page(client: httpx.Client, library: dict[str, str]) -> None:

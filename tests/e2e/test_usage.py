@@ -21,11 +21,11 @@ from sqlalchemy import text
 from sqlalchemy.pool import NullPool
 
 from app.db.engine import create_engine
-from app.db.usage import record_usage
 from app.settings import Settings
 from tests.conftest import Served, behind
 from tests.e2e.test_admin import Platform, assert_problem
 from tests.e2e.test_batches import FAST
+from tests.e2e.test_support import CONTENT, LETTER, judged
 from tests.fake_upstream import GRASS, GRASS_ANSWER, FakeUpstream, Reply, message, sse_message
 
 TOKENS = (
@@ -81,21 +81,22 @@ def stored_usage(database_url: str) -> list[dict[str, Any]]:
 
 
 def ask_everything(platform: Platform, http: httpx.Client, fake: FakeUpstream) -> None:
-    """Answers of tenant A (two keys; alone, streamed, compatible, batch) and of tenant B."""
+    """Answers of tenant A (two keys; alone, streamed, compatible, batch) and of tenant B
+    (one, its support judged: the judge's call is a usage record of its own)."""
     a, other_a, b = (
         platform.admin_a["headers"],
         platform.new_key(platform.a["id"], ["read", "write"])["headers"],
         platform.admin_b["headers"],
     )
 
-    def document(headers: dict[str, str]) -> str:
+    def document(headers: dict[str, str], text: str = GRASS) -> str:
         made = http.post(
-            "/v1/documents", json={"source": {"type": "text", "data": GRASS}}, headers=headers
+            "/v1/documents", json={"source": {"type": "text", "data": text}}, headers=headers
         )
         assert made.status_code == 201, made.text
         return str(made.json()["id"])
 
-    mine, theirs = document(a), document(b)
+    mine, theirs = document(a), document(b, LETTER)
     cached = message(
         GRASS_ANSWER,
         usage={
@@ -110,7 +111,8 @@ def ask_everything(platform: Platform, http: httpx.Client, fake: FakeUpstream) -
         Reply(200, cached),
         Reply(events=sse_message(GRASS_ANSWER, usage_out=33)),
         Reply(200, message(GRASS_ANSWER, model="claude-haiku-4-5")),
-        Reply(200, message(GRASS_ANSWER)),
+        Reply(200, message(CONTENT)),
+        judged({"citation": 0, "verdict": "unsupported", "reason": "31% is not 13%."}),
     )
     ask = {"question": "What colour is the grass?", "document_ids": [mine]}
     assert http.post("/v1/answers", json=ask, headers=a).status_code == 200
@@ -123,10 +125,14 @@ def ask_everything(platform: Platform, http: httpx.Client, fake: FakeUpstream) -
         "messages": [{"role": "user", "content": "Hello"}],
     }
     assert http.post("/anthropic/v1/messages", json=compatible, headers=a).status_code == 200
-    theirs_ask = {"question": "What colour is the grass?", "document_ids": [theirs]}
-    assert http.post("/v1/answers", json=theirs_ask, headers=b).status_code == 200
-    # A call that stores no answer records its usage (as the support judge will).
-    asyncio.run(judge_called(platform))
+    theirs_ask = {"question": "How?", "document_ids": [theirs], "support": "judge"}
+    judged_answer = http.post("/v1/answers", json=theirs_ask, headers=b)
+    assert judged_answer.status_code == 200, judged_answer.text
+    # The judge's call is in the answer's usage, and recorded apart for the reports.
+    assert judged_answer.json()["usage"]["support_check"] == {
+        "input_tokens": 321,
+        "output_tokens": 45,
+    }
     requests = [{"custom_id": f"q{n}", **ask} for n in range(2)]
     batch = http.post("/v1/answer-batches", json={"requests": requests}, headers=other_a)
     assert batch.status_code == 201, batch.text
@@ -134,22 +140,6 @@ def ask_everything(platform: Platform, http: httpx.Client, fake: FakeUpstream) -
     while http.get(path, headers=other_a).json()["status"] != "ended":
         assert time.monotonic() < deadline, "the batch did not end"
         time.sleep(0.1)
-
-
-async def judge_called(platform: Platform) -> None:
-    engine = create_engine(platform.database_url, poolclass=NullPool)
-    try:
-        usage = {"input_tokens": 500, "output_tokens": 20, "service_tier": "standard"}
-        await record_usage(
-            engine,
-            tenant_id=platform.b["id"],
-            key_id=platform.admin_b["id"],
-            source="judge",
-            model="claude-haiku-4-5",
-            usage=usage,
-        )
-    finally:
-        await engine.dispose()
 
 
 def window() -> dict[str, str]:
@@ -171,6 +161,17 @@ def test_usage_totals_are_the_stored_answers_and_costs_their_price(
     ask_everything(platform, http, fake)
     answers = stored_usage(database_url)  # and the judge's record
     assert len(answers) == 8 and sum(1 for row in answers if row["batch"]) == 2
+    [record] = [
+        row
+        for row in answers
+        if "support_check" not in row["usage"]
+        and not any(
+            row["usage"].get(n) for n in ("cache_creation_input_tokens", "cache_read_input_tokens")
+        )
+        and row["usage"].get("input_tokens") == 321
+    ]
+    assert (record["tenant_id"], record["api_key_id"]) == (platform.b["id"], platform.admin_b["id"])
+    assert record["usage"]["output_tokens"] == 45
 
     op = platform.operator
     params = {**window(), "bucket_width": "1h", "group_by": "tenant_id,api_key_id,model"}

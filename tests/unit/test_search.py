@@ -1,4 +1,5 @@
-"""The pure half of search: a query's terms, and passages from ranked chunks."""
+"""The pure half of search: a query's terms and their weights, the process's word counts, and
+passages from ranked chunks."""
 
 from __future__ import annotations
 
@@ -6,12 +7,14 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from app.search.passages import Hit, StoredChunk, build_windows, candidate_hits, ranges_to_read
+from app.search.service import WordCounts
 from app.search.terms import (
     MAX_QUERY_TERMS,
     affordable_terms,
     fts5_match,
     indexed_text,
     query_terms,
+    rarity,
     tsquery,
 )
 
@@ -106,3 +109,31 @@ def test_the_rarest_terms_are_ranked_by_within_the_budget() -> None:
     # The rarest that matches is kept even when it alone exceeds the budget.
     assert affordable_terms(terms, [900, 500, 0, 700], budget=100) == ["rare"]
     assert affordable_terms(terms, [0, 0, 0, 0], budget=100) == []
+
+
+@given(st.integers(1, 10**7), st.integers(0, 10**7), st.integers(0, 10**7))
+def test_a_rarer_word_weighs_more_and_every_word_weighs_something(
+    total: int, count: int, other: int
+) -> None:
+    assert rarity(total, count) > 0
+    if count < other <= total:
+        assert rarity(total, count) > rarity(total, other)
+
+
+def test_word_counts_are_kept_per_tenant_and_generation_and_bounded() -> None:
+    counts = WordCounts(tenants=2, words=3)
+    counts.learn("ten_a", 7, {"kuiper": 2, "fast": 13})
+    assert counts.known("ten_a", 7) == {"kuiper": 2, "fast": 13}
+    assert counts.known("ten_a", 8) == {}  # the tenant's chunks changed since
+    assert counts.known("ten_b", 7) == {}
+    counts.learn("ten_a", 7, {"orbit": 1})
+    assert counts.known("ten_a", 7) == {"kuiper": 2, "fast": 13, "orbit": 1}
+    counts.learn("ten_a", 7, {"launch": 4})  # a fourth word: the tenant's words start over
+    assert counts.known("ten_a", 7) == {"launch": 4}
+    counts.learn("ten_a", 8, {"fast": 14})  # a new generation replaces the old
+    assert counts.known("ten_a", 8) == {"fast": 14} and counts.known("ten_a", 7) == {}
+    counts.learn("ten_b", 1, {"x": 1})
+    counts.known("ten_a", 8)  # ten_a searched last: ten_b is the one to go
+    counts.learn("ten_c", 1, {"y": 1})
+    assert counts.known("ten_b", 1) == {}
+    assert counts.known("ten_a", 8) == {"fast": 14} and counts.known("ten_c", 1) == {"y": 1}

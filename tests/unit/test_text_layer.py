@@ -11,7 +11,7 @@ import pytest
 from app.documents.index import DocumentIndex, IndexedChunk, locate
 from app.documents.kinds.pdf import PdfKind
 from app.documents.pages import PdfPages
-from app.documents.pdf import without_hyphenation
+from app.documents.pdf import extract_pdf_text, without_hyphenation
 from tests.fixture_files import CORPUS
 
 MULTICOLUMN = CORPUS / "multicolumn.pdf"
@@ -77,6 +77,28 @@ def test_a_word_joined_over_a_line_break_gets_a_box_on_each_line(pages: PdfPages
             left, bottom, right, top = textpage.get_charbox(index)
             x, y = (left + right) / 2 / width, 1 - (bottom + top) / 2 / height
             assert any(b.x0 <= x <= b.x1 and b.y0 <= y <= b.y1 for b in boxes), raw[index]
+
+
+def form_for_the_fallback() -> bytes:
+    """The filled form with its trailer's /Root renamed: PDFium refuses it, pypdf (the fallback
+    parser) finds the catalog."""
+    data = FORM.read_bytes()
+    trailer = data.rfind(b"trailer")
+    return data[:trailer] + data[trailer:].replace(b"/Root 52 0 R", b"/Rooz 52 0 R", 1)
+
+
+def test_the_fallback_parser_keeps_filled_form_values_as_pdfium_does() -> None:
+    broken = form_for_the_fallback()
+    with pytest.raises(pdfium.PdfiumError):
+        pdfium.PdfDocument(broken)
+    fallback, pdfium_text = extract_pdf_text(broken), extract_pdf_text(FORM.read_bytes())
+    assert (fallback.parser, pdfium_text.parser) == ("pypdf", "pdfium")
+    # The text layers differ (each library lays lines out its own way); the values do not.
+    for text in (fallback.pages[0], pdfium_text.pages[0]):
+        assert text.endswith("Other\r\nAlice\r\nBob"), text
+    parsed = PdfKind().parse(broken)
+    assert parsed.citable and "pdf_text_from_fallback_parser" in parsed.warnings
+    assert parsed.text.endswith("\r\nAlice\r\nBob")
 
 
 def test_filled_form_values_are_part_of_their_page_text(pages: PdfPages) -> None:

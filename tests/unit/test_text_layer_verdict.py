@@ -1,5 +1,5 @@
 """The verdict on a PDF page's text layer: every page of the repository's good PDFs is text
-(Arabic and two columns included), real text in other scripts is text, and the garbage real
+(Arabic, Chinese and two columns included), real text in other scripts is text, and the garbage real
 PDFs carry (control characters, private-use glyphs, glyph soup, one glyph for all) is caught."""
 
 from __future__ import annotations
@@ -28,6 +28,16 @@ def test_no_page_of_a_good_pdf_is_flagged(path: object) -> None:
             _, text = read_page(document, page)
             expected = Verdict.NONE if (document_name(path), number) in NO_TEXT else Verdict.TEXT
             assert text_layer_verdict(text.text).verdict is expected, (path, number)
+
+
+def test_a_chinese_text_pdf_is_among_the_good_ones_and_is_text() -> None:
+    """scripts/make_chinese_pdf.py's two pages of Simplified Chinese (tests/fixtures/pdf)."""
+    path = CORPUS / "chinese-report.pdf"
+    assert path in GOOD_PDFS
+    with pdfium.PdfDocument(path) as document:  # and its pages
+        texts = [read_page(document, page)[1].text for page in document]
+    assert "城市雨水收集试点项目年度报告" in texts[0] and "降雨量（毫米）" in texts[1]
+    assert all(text_layer_verdict(text).verdict is Verdict.TEXT for text in texts)
 
 
 def document_name(path: object) -> str:

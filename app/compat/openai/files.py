@@ -25,6 +25,19 @@ def seconds(moment: datetime) -> int:
     return int(moment.timestamp())
 
 
+# A document's status as OpenAI shows a file's (the SDK's ``files.wait_for_processing`` waits
+# while it is ``uploaded``) and a vector store file's (``create_and_poll`` waits while it is
+# ``in_progress``): read by OCR in the background, ready, or not readable.
+FILE_STATUS = {"processing": "uploaded", "ready": "processed", "failed": "error"}
+VECTOR_STORE_FILE_STATUS = {"processing": "in_progress", "ready": "completed", "failed": "failed"}
+
+
+def _failure(document: Document) -> str | None:
+    if document.status != "failed":
+        return None
+    return document.error_detail or "The file could not be read."
+
+
 def file_object(document: Document) -> dict[str, Any]:
     """A document as OpenAI shows a file."""
     return {
@@ -34,9 +47,9 @@ def file_object(document: Document) -> dict[str, Any]:
         "created_at": seconds(document.created_at),
         "filename": document.filename or document.title or document.id,
         "purpose": PURPOSES[0],
-        "status": "processed",
+        "status": FILE_STATUS.get(document.status, "processed"),
         "expires_at": None,
-        "status_details": None,
+        "status_details": _failure(document),
     }
 
 
@@ -50,8 +63,8 @@ def check_purpose(purpose: str) -> None:
 
 
 def vector_store_object(counted: CountedCollection) -> dict[str, Any]:
-    """A collection as OpenAI shows a vector store: its documents are its files, all
-    completed (a document is indexed when it is stored)."""
+    """A collection as OpenAI shows a vector store: its documents are its files, completed
+    once indexed (when stored, or once their pages are read by OCR)."""
     collection, count = counted.collection, counted.document_count
     return {
         "id": collection.id,
@@ -61,13 +74,13 @@ def vector_store_object(counted: CountedCollection) -> dict[str, Any]:
         "description": collection.description,
         "usage_bytes": 0,
         "file_counts": {
-            "in_progress": 0,
-            "completed": count,
-            "failed": 0,
+            "in_progress": counted.processing,
+            "completed": count - counted.processing - counted.failed,
+            "failed": counted.failed,
             "cancelled": 0,
             "total": count,
         },
-        "status": "completed",
+        "status": "in_progress" if counted.processing else "completed",
         "expires_after": None,
         "expires_at": None,
         "last_active_at": seconds(collection.created_at),
@@ -78,14 +91,17 @@ def vector_store_object(counted: CountedCollection) -> dict[str, Any]:
 def vector_store_file_object(
     document: Document, vector_store_id: str, added_at: datetime | None = None
 ) -> dict[str, Any]:
+    """A document in a collection as OpenAI shows a vector store file: ``in_progress`` while
+    its pages are read by OCR, then ``completed`` (or ``failed``, with why)."""
+    failure = _failure(document)
     return {
         "id": document.id,
         "object": "vector_store.file",
         "created_at": seconds(added_at or document.created_at),
         "vector_store_id": vector_store_id,
-        "status": "completed",
+        "status": VECTOR_STORE_FILE_STATUS.get(document.status, "completed"),
         "usage_bytes": document.size_bytes,
-        "last_error": None,
+        "last_error": None if failure is None else {"code": "server_error", "message": failure},
         "attributes": {},
         "chunking_strategy": {"type": "static", "static": _CHUNKS},
     }
