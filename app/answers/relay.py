@@ -47,7 +47,7 @@ async def open_relay(
     reservation = NO_RESERVATION
     try:
         await context.limits.check_tokens(principal)
-        reservation = await spending.reserve(context, principal, prepared.request)
+        reservation = await spending.reserve(context, principal, prepared.request, prepared.sources)
         upstream = await stack.enter_async_context(
             context.upstream.stream_message(prepared.request, headers)
         )

@@ -47,7 +47,7 @@ async def answer_prepared(
     and settled after it (``spending``): this is the one place every answer asked whole, of
     every API, is sent from."""
     await context.limits.check_tokens(principal)
-    reservation = await spending.reserve(context, principal, prepared.request)
+    reservation = await spending.reserve(context, principal, prepared.request, prepared.sources)
     try:
         reply = await context.upstream.create_message(prepared.request, headers)
     except BaseException:

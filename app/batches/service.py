@@ -264,7 +264,9 @@ def _max_costs(context: AnswerContext, questions: Sequence[BatchQuestion]) -> li
     return [
         0
         if question.prepared is None
-        else spending.max_cost(context, question.prepared.request, batch=True)
+        else spending.max_cost(
+            context, question.prepared.request, question.prepared.sources, batch=True
+        )
         for question in questions
     ]
 

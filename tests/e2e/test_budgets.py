@@ -14,6 +14,7 @@ request's bytes at the cache-write price, under 0.015 USD here), and what it spe
 from __future__ import annotations
 
 import asyncio
+import random
 import time
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack
@@ -24,6 +25,7 @@ from typing import Any
 import httpx
 import orjson
 import pytest
+from PIL import Image
 from sqlalchemy import text
 from sqlalchemy.pool import NullPool
 
@@ -37,6 +39,7 @@ from tests.e2e.test_admin import Platform, assert_problem
 from tests.e2e.test_batches import FAST
 from tests.e2e.test_shutdown import CitegateProcess
 from tests.fake_upstream import GRASS, GRASS_ANSWER, FakeUpstream, Reply, error, message
+from tests.scans import image_pdf
 
 MAX_TOKENS = 100_000
 FULL = {
@@ -538,3 +541,33 @@ def test_a_day_budget_spent_today_is_whole_again_tomorrow(database_url: str) -> 
             await engine.dispose()
 
     asyncio.run(run())
+
+
+def test_a_pdf_of_large_pictures_reserves_what_its_pages_can_cost_not_its_bytes(
+    http: httpx.Client, fake: FakeUpstream, database_url: str
+) -> None:
+    """A page of photographs is megabytes of base64 but a page image to the upstream: its
+    reservation is counted from its pages and text, so a budget far below its bytes' price
+    answers it, and the answer settles what it spent."""
+    noise = random.Random(7).randbytes(1500 * 1500 * 3)
+    photo = Image.frombytes("RGB", (1500, 1500), noise)
+    letter = Path("tests/fixtures/anthropic/amazon_2023_letter.pdf").read_bytes()
+    pdf = image_pdf([photo], text_pages={1: letter})
+    platform = Platform(http, database_url)
+    key = platform.new_key(
+        platform.a["id"], ["read", "write"], budget={"usd": "3", "period": "total"}
+    )
+    made = http.post(
+        "/v1/documents/upload",
+        files={"file": ("photos.pdf", pdf, "application/pdf")},
+        headers=key["headers"],
+    )
+    assert made.status_code == 201, made.text
+    # Its base64 alone, at the cache-write price, is more than the whole budget.
+    base64_price = budgets.max_cost(load_prices(), "claude-sonnet-5", len(pdf) * 4 // 3, 0)
+    assert base64_price > 3_000_000_000
+    fake.reset(Reply(200, message([{"type": "text", "text": "Nothing."}], usage=FULL)))
+    answered = http.post("/v1/answers", json=question(made.json()["id"]), headers=key["headers"])
+    assert answered.status_code == 200, answered.text
+    assert fake.requests[0].body["messages"][0]["content"][0]["source"]["type"] == "base64"
+    assert ledger(database_url, key["id"]) == (SPENT, 0)
