@@ -130,11 +130,13 @@ async def update_tenant(
     if set_budget and budget != _budget_setting(tenant):
         _set_budget(tenant, budget)
         changed["budget"] = _budget_of(tenant)
-        # Every process reads a tenant's budget with its keys: tell them.
-        await bump_version(session)
     if changed:
         audit.record(session, actor, "tenant.updated", "tenant", tenant.id, tenant.id, **changed)
         try:
+            if "budget" in changed:
+                # Every process reads a tenant's budget with its keys: tell them. (Its UPDATE
+                # flushes the new name first: a taken one fails here.)
+                await bump_version(session)
             await session.commit()
         except IntegrityError:
             await session.rollback()

@@ -238,6 +238,12 @@ def test_tenants(platform: Platform, client: httpx.Client) -> None:
     assert got.json() == renamed.json()
     taken = client.post("/v1/admin/tenants", json={"name": "tenant-b"}, headers=op)
     assert_problem(taken, 409, "tenant_name_taken")
+    # Renamed to a taken name, alone or with a new budget: 409, and nothing changes.
+    path = f"/v1/admin/tenants/{platform.a['id']}"
+    for change in ({}, {"budget": {"usd": "5", "period": "day"}}):
+        clash = client.patch(path, json={"name": "tenant-b", **change}, headers=op)
+        assert_problem(clash, 409, "tenant_name_taken")
+        assert client.get(path, headers=op).json() == renamed.json()
     assert_problem(client.get("/v1/admin/tenants/ten_nope", headers=op), 404, "tenant_not_found")
 
 
