@@ -130,6 +130,7 @@ class RotateApiKeyRequest(BaseModel):
 
     grace_seconds: int = Field(
         default=0,
+        strict=True,  # not `false` for 0, nor "60"
         ge=0,
         le=30 * 24 * 3600,
         description="How long the old secret keeps working; 0: it stops at once.",

@@ -187,6 +187,10 @@ def test_rotation_with_and_without_grace(platform: Platform, client: httpx.Clien
     a = platform.admin_a["headers"]
     key = platform.new_key(platform.a["id"], ["read"], by=a)
     path = f"/v1/admin/api-keys/{key['id']}/rotate"
+    for wrong in (False, "60", -1, 1.5):  # refused, and the key is not rotated
+        refused = client.post(path, json={"grace_seconds": wrong}, headers=a)
+        assert_problem(refused, 422, "validation_error")
+    assert client.get("/v1/documents", headers=key["headers"]).status_code == 200
     rotated = client.post(path, json={"grace_seconds": 0}, headers=a)
     assert rotated.status_code == 200
     new = rotated.json()
