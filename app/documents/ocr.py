@@ -154,8 +154,12 @@ def read_picture(
     reads small print worse."""
     import pytesseract
 
-    picture = despeckled(picture)
-    rotation, script = _orientation(picture, dpi)
+    cleaned = despeckled(picture)
+    # OSD on a cleaned scan's half-size picture is unsure and wrong (a LaTeX page at 150 dpi
+    # "Cyrillic" at confidence 3.3): such a page is shown to OSD whole.
+    rotation, script = _orientation(cleaned, dpi, whole=cleaned is not picture)
+    picture = cleaned
+    del cleaned
     upright = picture.rotate(-rotation, expand=True) if rotation else picture
     del picture  # the page as rendered goes as soon as it is not the one read
     languages = "+".join(languages_for(script, configured))
@@ -173,12 +177,13 @@ def read_picture(
     return _page(number, data, upright.size, rotation, languages)
 
 
-def _orientation(picture: Image.Image, dpi: int) -> tuple[int, str | None]:
+def _orientation(picture: Image.Image, dpi: int, *, whole: bool = False) -> tuple[int, str | None]:
     """Degrees clockwise that turn the page upright, and its script; (0, None) when OSD finds
-    too little text to tell. The script is None when OSD is unsure of it, even on the whole
-    picture."""
-    osd = _osd(picture.reduce(_OSD_REDUCE), dpi // _OSD_REDUCE)
-    if osd is not None and _number(osd.get("script_conf", 0)) < _SCRIPT_CONFIDENCE:
+    too little text to tell. OSD sees the picture at half size unless ``whole``, and whole
+    when it is unsure of the script at half size; the script is None when OSD is unsure of it
+    even then."""
+    osd = _osd(picture, dpi) if whole else _osd(picture.reduce(_OSD_REDUCE), dpi // _OSD_REDUCE)
+    if not whole and osd is not None and _number(osd.get("script_conf", 0)) < _SCRIPT_CONFIDENCE:
         osd = _osd(picture, dpi) or osd
     if osd is None:
         return 0, None  # "Too few characters": nothing to turn
@@ -219,7 +224,7 @@ def despeckled(picture: Image.Image) -> Image.Image:
     if speckle(picture) <= NOISY:
         return picture
     pixels = np.array(picture)
-    for start, mask in _speck_strips(pixels, _FRINGE_DARK):
+    for start, mask in _speck_strips(pixels, _FRINGE_DARK, near_text=True):
         # the fringe: two pixels around each speck (the grey a blur or JPEG leaves)
         grown = Image.fromarray(mask.view(np.uint8) * 255).filter(ImageFilter.MaxFilter(5))
         rows = pixels[start : start + mask.shape[0]]
@@ -228,17 +233,23 @@ def despeckled(picture: Image.Image) -> Image.Image:
 
 
 def _speck_strips(
-    pixels: npt.NDArray[np.uint8], dark: int
+    pixels: npt.NDArray[np.uint8], dark: int, *, near_text: bool = False
 ) -> Iterator[tuple[int, npt.NDArray[np.bool_]]]:
     """Each strip's first row and its specks' mask, strip by strip (strips of _STRIP rows,
-    each seen with 4 rows more on both sides)."""
+    each seen with 4 rows more on both sides). ``near_text``: specks a pixel or two from a
+    letter too (a 3x3 square holding every dark pixel of its 5x5 one): on a noisy page they
+    are most of what whitening specks alone leaves (CER 5.5 % against 2.5 % with them)."""
     import numpy as np
 
     height = pixels.shape[0]
     for start in range(0, height, _STRIP):
         top, bottom = max(0, start - 4), min(height, start + _STRIP + 4)
         black = (pixels[top:bottom] < dark).view(np.uint8)
-        specks = (black == 1) & (_box(black, 5) == _box(black, 9))
+        five = _box(black, 5)
+        alone = five == _box(black, 9)
+        if near_text:
+            alone |= _box(black, 3) == five
+        specks = (black == 1) & alone
         yield start, specks[start - top : start - top + min(_STRIP, height - start)]
 
 
