@@ -3,7 +3,8 @@
 Each page is one task for a pool of worker processes (``OcrPool``), never the event loop's
 process: Tesseract takes seconds a page, and PDFium does one call at a time in a process. A
 worker opens the PDF from a file the caller wrote (not bytes sent with every task), renders the
-page as displayed, asks Tesseract's orientation and script detection (OSD) how the page is
+page as displayed, whitens salt-and-pepper specks when the page has many (a clean page is left
+as it is), asks Tesseract's orientation and script detection (OSD) how the page is
 turned and which script it is in, turns it upright, and reads it with the configured languages
 of that script. Its words keep their boxes, mapped back to fractions of the page as displayed
 (the same fractions as PDFium's character boxes), and their confidences.
@@ -376,7 +377,7 @@ class OcrPool:
         if self._executor is None:
             # forkserver: the service's process has threads (and an event loop) a fork would
             # copy; a fork server started afresh forks workers that import this module alone,
-            # not the service (as spawn's re-import of the command line's main module would).
+            # not the service (with the main module not run again: _main_not_rerun).
             _main_not_rerun()
             context = multiprocessing.get_context("forkserver")
             context.set_forkserver_preload([__name__])
