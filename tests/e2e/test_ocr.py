@@ -4,13 +4,16 @@ text layer, or beside pages that keep their text layer. The truth is the source'
 
 from __future__ import annotations
 
+import textwrap
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
 import pypdfium2 as pdfium
 import pytest
+from PIL import Image, ImageDraw, ImageFont
 from rapidfuzz.distance import Levenshtein
 
 from app.documents.pdf import split_pdf, without_hyphenation
@@ -250,3 +253,30 @@ def test_a_noisy_150_dpi_scan_is_cleaned_and_read_in_its_script(ocr_client: http
     for text, (data, number) in zip(texts, sources, strict=True):
         rate = cer(text, truth(data, number))
         assert rate <= 0.05, (number, rate, text[:300])
+
+
+RUSSIAN = (
+    "Все люди рождаются свободными и равными в своем достоинстве и правах. Они наделены "
+    "разумом и совестью и должны поступать в отношении друг друга в духе братства."
+)
+SERIF = Path("/usr/share/fonts/truetype/dejavu/DejaVuSerif.ttf")
+
+
+def test_a_cyrillic_scan_is_read_in_russian_chosen_by_its_script(
+    ocr_client: httpx.Client,
+) -> None:
+    # Read with the Latin-script languages (as a page whose script OSD is unsure of would be,
+    # first), Russian comes out as Latin letters; OSD finds Cyrillic and Russian reads it.
+    if not SERIF.exists():
+        pytest.skip("DejaVu Serif (fonts-dejavu-core) is not installed")
+    font = ImageFont.truetype(str(SERIF), 42)
+    picture = Image.new("L", (2480, 3508), 255)
+    draw = ImageDraw.Draw(picture)
+    for index, line in enumerate(textwrap.wrap(RUSSIAN, 60)):
+        draw.text((200, 300 + index * 70), line, font=font, fill=0)
+    response = _upload(ocr_client, "russian-scan.pdf", image_pdf([picture]))
+    assert response.status_code == 202, response.text
+    document = wait_ready(ocr_client, response.json()["id"])
+    assert document["status"] == "ready", document
+    (text,) = _page_texts(ocr_client, document["id"], 1)
+    assert cer(text, RUSSIAN) <= 0.02, text
