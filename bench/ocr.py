@@ -106,8 +106,8 @@ class Prober(threading.Thread):
 
 class MemorySampler(threading.Thread):
     """The resident size of the service and its OCR workers (Python processes), and of the
-    Tesseract processes the workers run, summed every 0.2 s: the peak of the sum counts the
-    workers replaced after PAGES_PER_WORKER pages too, which VmHWM at the end cannot."""
+    Tesseract processes the workers run, summed every 0.2 s: the peak of the sum over the run
+    (VmHWM, read at the end, misses processes that have ended)."""
 
     def __init__(self, pid: int) -> None:
         super().__init__(daemon=True)
@@ -207,7 +207,7 @@ def main() -> None:
         "(target < 500 MiB)"
     )
     print(
-        f"peak of the sum, sampled every 0.2 s (replaced workers too): service and workers "
+        f"peak of the sum, sampled every 0.2 s (ended processes too): service and workers "
         f"{memory.peak_python:.0f} MiB, with the Tesseract processes "
         f"{memory.peak_with_tesseract:.0f} MiB"
     )
