@@ -363,9 +363,9 @@ def _main_not_rerun() -> None:
 class OcrPool:
     """Worker processes that read pages, one page a task. Started when first used. Not
     replaced after N pages (``max_tasks_per_child``): on Python 3.11 the pool then stops
-    taking work once a worker has left (CPython gh-115634; 100 pages hung after the first 20),
-    and a worker's resident size no longer grows from page to page (about 55 MiB between
-    pages, 105 MiB at its peak)."""
+    taking work once a worker has left (CPython gh-115634; 100 pages hung after the first 20).
+    A worker's peak is 104 MiB over 3 pages of a small PDF, 133 MiB over 50 pages of an 85 MB
+    one (docs/PERFORMANCE.md)."""
 
     def __init__(self, workers: int) -> None:
         self._workers = max(1, workers)
