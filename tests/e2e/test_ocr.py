@@ -4,13 +4,16 @@ text layer, or beside pages that keep their text layer. The truth is the source'
 
 from __future__ import annotations
 
+import textwrap
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
 import pypdfium2 as pdfium
 import pytest
+from PIL import Image, ImageDraw, ImageFont
 from rapidfuzz.distance import Levenshtein
 
 from app.documents.pdf import split_pdf, without_hyphenation
@@ -18,7 +21,7 @@ from app.settings import Settings
 from tests.conftest import ServedApp, count_rows
 from tests.e2e.test_documents import assert_problem
 from tests.fixture_files import CORPUS
-from tests.scans import image_pdf, render_page
+from tests.scans import image_pdf, noisy, render_page
 
 MULTICOLUMN = (CORPUS / "multicolumn.pdf").read_bytes()
 
@@ -230,3 +233,56 @@ def test_a_document_that_cannot_be_read_is_failed_with_its_reason_and_nothing_in
             "/v1/answers", json={"question": "What is it?", "document_ids": [document["id"]]}
         )
         assert_problem(asked, 422, "document_not_citable")
+
+
+def test_a_noisy_150_dpi_scan_is_cleaned_and_read_in_its_script(ocr_client: httpx.Client) -> None:
+    # A poor scan: 150 dpi, blurred, 1 % of its pixels salt or pepper. Unfiltered, Tesseract
+    # read multicolumn's page at CER 50 %, and the LaTeX page was taken for Cyrillic (OSD's
+    # script at confidence 0.14) and read in Russian at CER 80 %.
+    latex = (CORPUS / "pdflatex-4-pages.pdf").read_bytes()
+    sources = [(MULTICOLUMN, 1), (latex, 1)]
+    sizes = []
+    for data, number in sources:
+        with pdfium.PdfDocument(data) as document:
+            sizes.append(document[number - 1].get_size())
+    scan = image_pdf(
+        [noisy(render_page(data, number, 150), amount=0.01) for data, number in sources],
+        sizes=sizes,
+    )
+    response = _upload(ocr_client, "noisy-scan.pdf", scan)
+    assert response.status_code == 202, response.text
+    document = wait_ready(ocr_client, response.json()["id"])
+    assert document["status"] == "ready", document
+    pages = _pages(ocr_client, document["id"])
+    assert [p["text_source"] for p in pages] == ["ocr", "ocr"]
+    texts = _page_texts(ocr_client, document["id"], 2)
+    for text, (data, number) in zip(texts, sources, strict=True):
+        rate = cer(text, truth(data, number))
+        assert rate <= 0.05, (number, rate, text[:300])
+
+
+RUSSIAN = (
+    "Все люди рождаются свободными и равными в своем достоинстве и правах. Они наделены "
+    "разумом и совестью и должны поступать в отношении друг друга в духе братства."
+)
+SERIF = Path("/usr/share/fonts/truetype/dejavu/DejaVuSerif.ttf")
+
+
+def test_a_cyrillic_scan_is_read_in_russian_chosen_by_its_script(
+    ocr_client: httpx.Client,
+) -> None:
+    # Read with the Latin-script languages (as a page whose script OSD is unsure of would be,
+    # first), Russian comes out as Latin letters; OSD finds Cyrillic and Russian reads it.
+    if not SERIF.exists():
+        pytest.skip("DejaVu Serif (fonts-dejavu-core) is not installed")
+    font = ImageFont.truetype(str(SERIF), 42)
+    picture = Image.new("L", (2480, 3508), 255)
+    draw = ImageDraw.Draw(picture)
+    for index, line in enumerate(textwrap.wrap(RUSSIAN, 60)):
+        draw.text((200, 300 + index * 70), line, font=font, fill=0)
+    response = _upload(ocr_client, "russian-scan.pdf", image_pdf([picture]))
+    assert response.status_code == 202, response.text
+    document = wait_ready(ocr_client, response.json()["id"])
+    assert document["status"] == "ready", document
+    (text,) = _page_texts(ocr_client, document["id"], 1)
+    assert cer(text, RUSSIAN) <= 0.02, text

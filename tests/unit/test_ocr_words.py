@@ -1,11 +1,16 @@
-"""The pure parts of reading a page by OCR: languages, and Tesseract's words made into page
-text with boxes in fractions of the page as displayed (turned back when the page was turned)."""
+"""The pure parts of reading a page by OCR: languages, Tesseract's words made into page text
+with boxes in fractions of the page as displayed (turned back when the page was turned), and
+salt-and-pepper noise found and cleaned."""
 
 from __future__ import annotations
 
-import pytest
+import random
 
-from app.documents.ocr import _page, languages_for, parse_languages
+import numpy as np
+import pytest
+from PIL import Image, ImageDraw, ImageFont
+
+from app.documents.ocr import NOISY, _page, despeckled, languages_for, parse_languages, speckle
 
 CONFIGURED = parse_languages("eng+deu+fra+spa+ita+por+rus+ara+chi_sim+jpn")
 
@@ -71,3 +76,42 @@ def test_boxes_on_a_turned_page_are_turned_back(
 ) -> None:
     page = _page(1, WORDS, (1000, 2000), rotation, "eng")
     assert page.words[0][2:] == pytest.approx(expected)
+
+
+def _page_of_text() -> Image.Image:
+    """A page of text drawn at about 300 dpi (Pillow's own font, scaled up)."""
+    picture = Image.new("L", (1200, 900), 255)
+    draw = ImageDraw.Draw(picture)
+    font = ImageFont.load_default(size=40)
+    for line in range(12):
+        draw.text(
+            (60, 40 + line * 70), "Lorem ipsum dolor sit amet, i.e. j; 1.2", font=font, fill=0
+        )
+    return picture
+
+
+def _salt_and_pepper(picture: Image.Image, amount: float) -> Image.Image:
+    noisy = picture.copy()
+    generator = random.Random(3)
+    for _ in range(int(picture.width * picture.height * amount)):
+        x, y = generator.randrange(picture.width), generator.randrange(picture.height)
+        noisy.putpixel((x, y), 0 if generator.random() < 0.5 else 255)
+    return noisy
+
+
+def test_a_clean_page_is_not_touched_by_the_noise_cleaning() -> None:
+    page = _page_of_text()
+    assert speckle(page) < NOISY
+    assert despeckled(page) is page
+
+
+def test_a_noisy_page_loses_its_specks_and_keeps_its_letters() -> None:
+    page = _page_of_text()
+    noisy = _salt_and_pepper(page, 0.01)
+    assert speckle(noisy) > NOISY
+    cleaned = np.asarray(despeckled(noisy)) < 128
+    letters = np.asarray(page) < 128
+    # Every speck away from the letters is gone; the letters' pixels (dots and full stops
+    # among them) are kept, but for a few the whitening of specks touching them takes.
+    assert np.count_nonzero(cleaned & ~letters) < 0.01 * np.count_nonzero(letters)
+    assert np.count_nonzero(cleaned & letters) > 0.97 * np.count_nonzero(letters)
