@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from collections.abc import Sequence
 
+from cachetools import LRUCache
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.db.models import Collection
@@ -25,31 +25,24 @@ class WordCounts:
     counts only the words it has not seen since the tenant's chunks last changed. Each
     process's own; the generation, read by every search, tells when its counts are stale (it
     starts at a random number, so another database under the same name never matches it).
-    Bounded: the tenants searched last, and so many words each (then their words start over).
+    Bounded: the tenants searched last (an LRU), and so many words each (then their words
+    start over).
     """
 
     def __init__(self, tenants: int = 1024, words: int = 4096) -> None:
-        self._tenants = tenants
         self._words = words
-        self._counts: OrderedDict[str, tuple[int, dict[str, int]]] = OrderedDict()
+        self._counts: LRUCache[str, tuple[int, dict[str, int]]] = LRUCache(maxsize=tenants)
 
     def known(self, tenant_id: str, generation: int) -> dict[str, int]:
         """The counts known for the tenant at that generation (to read, not to change)."""
         entry = self._counts.get(tenant_id)
-        if entry is None or entry[0] != generation:
-            return {}
-        self._counts.move_to_end(tenant_id)
-        return entry[1]
+        return entry[1] if entry is not None and entry[0] == generation else {}
 
     def learn(self, tenant_id: str, generation: int, counts: dict[str, int]) -> None:
         entry = self._counts.get(tenant_id)
         if entry is None or entry[0] != generation or len(entry[1]) + len(counts) > self._words:
-            entry = (generation, {})
-            self._counts[tenant_id] = entry
+            entry = self._counts[tenant_id] = (generation, {})
         entry[1].update(counts)
-        self._counts.move_to_end(tenant_id)
-        while len(self._counts) > self._tenants:
-            self._counts.popitem(last=False)
 
     def clear(self) -> None:
         self._counts.clear()
