@@ -203,6 +203,18 @@ _KEY_BY_HASH = (
     .join_from(ApiKey.__table__, Tenant.__table__, _keys.tenant_id == _tenants.id)
     .where(or_(_keys.key_hash == bindparam("digest"), _keys.previous_hash == bindparam("digest")))
 )
+_KEY_BUDGETS = (
+    select(
+        _keys.id,
+        _keys.tenant_id,
+        _keys.budget_nano_usd,
+        _keys.budget_period,
+        _tenants.budget_nano_usd.label("tenant_budget_nano_usd"),
+        _tenants.budget_period.label("tenant_budget_period"),
+    )
+    .join_from(ApiKey.__table__, Tenant.__table__, _keys.tenant_id == _tenants.id)
+    .where(_keys.id == bindparam("key_id"))
+)
 # The application_name of each process's connection that reads the version (PostgreSQL).
 VERSION_READER = "citegate-key-version"
 _VERSION = select(AuthVersion.__table__.c.version).where(AuthVersion.__table__.c.id == 1)
@@ -311,7 +323,14 @@ def _read(row: Any, digest: str, version: int) -> _Known:
             return _Known(version, None, None)
         ends.append(row.previous_until)
     until = min((_utc(end).timestamp() for end in ends if end is not None), default=None)
-    budgets = tuple(
+    return _Known(
+        version, Principal(row.tenant_id, row.id, frozenset(row.scopes), _budgets(row)), until
+    )
+
+
+def _budgets(row: Any) -> tuple[Budget, ...]:
+    """The budgets of a key's row read with its tenant's (``_KEY_BY_HASH``, ``_KEY_BUDGETS``)."""
+    return tuple(
         budget
         for budget in (
             Budget.of(row.id, row.budget_nano_usd, row.budget_period, row.tenant_id),
@@ -321,7 +340,16 @@ def _read(row: Any, digest: str, version: int) -> _Known:
         )
         if budget is not None
     )
-    return _Known(version, Principal(row.tenant_id, row.id, frozenset(row.scopes), budgets), until)
+
+
+async def principal_of(engine: AsyncEngine, tenant_id: str, key_id: str | None) -> Principal:
+    """Who asked, with the budgets the key and its tenant have now: for work done later on
+    the asker's behalf (a batch's judge calls). Scopes are not read: it is not a request."""
+    if key_id is None:
+        return Principal(tenant_id, None)
+    async with engine.connect() as connection:
+        row = (await connection.execute(_KEY_BUDGETS, {"key_id": key_id})).first()
+    return Principal(tenant_id, key_id, budgets=() if row is None else _budgets(row))
 
 
 def _utc(moment: datetime) -> datetime:

@@ -29,7 +29,7 @@ from app.answers.judging import judge_rows
 from app.answers.request import Prepared, passages_asked
 from app.answers.store import Reply, answer_row, count_stored
 from app.auth import budgets
-from app.auth.keys import Principal
+from app.auth.keys import Principal, principal_of
 from app.batches.service import PENDING, made_nothing, send_batch
 from app.db.models import Answer, AnswerBatch, AnswerBatchRequest, utcnow
 from app.db.unavailable import OutageLog
@@ -351,11 +351,11 @@ class BatchPoller:
         tokens = sum(sum(values["usage"].values()) for values in answers)
         # Answers asking for the judge are judged before they are stored, each call on the
         # asker's budgets and daily tokens as for an answer asked alone.
-        asker = Principal(batch.tenant_id, batch.key_id)
         judging = {request.position for request in requests if request.support == "judge"}
-        tokens += await judge_rows(
-            self._context, [values for at, _, values in stored if values and at in judging], asker
-        )
+        judged = [values for at, _, values in stored if values and at in judging]
+        if judged:  # the asker's budgets as they are now, as for an answer asked alone
+            asker = await principal_of(self._context.engine, batch.tenant_id, batch.key_id)
+            tokens += await judge_rows(self._context, judged, asker)
         async with self._context.engine.begin() as connection:
             if answers:
                 await connection.execute(_insert_once(connection), answers)
@@ -374,7 +374,7 @@ class BatchPoller:
                 count_stored(self._metrics, values)
         # Spent as answers asked alone spend them (the judge's calls too), once per chunk stored
         # (a chunk read again is not stored again: its requests are no longer pending).
-        await self._context.limits.spend_tokens(asker, tokens)
+        await self._context.limits.spend_tokens(Principal(batch.tenant_id, batch.key_id), tokens)
 
     async def _renew(self, connection: AsyncConnection, batch_id: str) -> None:
         renewed = await connection.execute(

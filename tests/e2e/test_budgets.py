@@ -571,3 +571,30 @@ def test_a_pdf_of_large_pictures_reserves_what_its_pages_can_cost_not_its_bytes(
     assert answered.status_code == 200, answered.text
     assert fake.requests[0].body["messages"][0]["content"][0]["source"]["type"] == "base64"
     assert ledger(database_url, key["id"]) == (SPENT, 0)
+
+
+def test_a_batchs_judge_calls_spend_the_askers_budget(
+    http: httpx.Client, fake: FakeUpstream, database_url: str
+) -> None:
+    """A batch answer asking for the judge is judged before it is stored: that call spends the
+    key's budget as the judge of an answer asked alone does (at its ordinary price)."""
+    from tests.e2e.test_support import CONTENT, LETTER, judged
+
+    platform = Platform(http, database_url)
+    key = platform.new_key(
+        platform.a["id"], ["read", "write"], budget={"usd": "5", "period": "total"}
+    )
+    headers = key["headers"]
+    made = http.post(
+        "/v1/documents", json={"source": {"type": "text", "data": LETTER}}, headers=headers
+    )
+    assert made.status_code == 201, made.text
+    fake.reset(judged({"citation": 0, "verdict": "unsupported", "reason": "31% is not 13%."}))
+    fake.batch_result = lambda custom_id, params: {"type": "succeeded", "message": message(CONTENT)}
+    ask = {"custom_id": "judged", **question(made.json()["id"]), "support": "judge"}
+    batch = http.post("/v1/answer-batches", json={"requests": [ask]}, headers=headers)
+    assert batch.status_code == 201, batch.text
+    wait_ended(http, batch.json()["id"], headers)
+    assert fake.paths().count("/v1/messages") == 1  # the judge's call
+    judge_cost = 321 * 3_000 + 45 * 15_000
+    assert ledger(database_url, key["id"]) == (BATCH_RESULT_SPENT + judge_cost, 0)
