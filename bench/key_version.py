@@ -1,5 +1,9 @@
 """What one read of the key version costs in the process: through the engine, and the way each
-request reads it (app/db/scalar.py: a kept connection of its own, driver only).
+request reads it (app/db/scalar.py: a kept connection of its own, driver only); and what a
+request's whole key check costs (``authenticate``: the version read, the key hashed, the cached
+principal) against the check as it was before keys were checked where they are changed (the
+key hashed and the cached principal, trusted with no read): the difference is the version read
+with its sharing (a task, shielded), which every request now pays.
 
     .venv/bin/python bench/key_version.py [--database-url URL] [--reads 2000]
 
@@ -18,7 +22,9 @@ from collections.abc import Awaitable, Callable
 
 from harness import make_database
 
-from app.auth.keys import _VERSION
+from sqlalchemy.ext.asyncio import async_sessionmaker
+
+from app.auth.keys import _VERSION, KeyCache, authenticate, create_key, hash_key
 from app.db.engine import create_engine
 from app.db.migrations import upgrade_to_head
 from app.db.scalar import ScalarReader, sql_of
@@ -41,11 +47,31 @@ async def measure(url: str, reads: int) -> None:
         async with engine.connect() as connection:
             return int(await connection.scalar(_VERSION) or 0)
 
+    sessions = async_sessionmaker(engine, expire_on_commit=False)
+    async with sessions() as session:
+        _, key = await create_key(session, "bench")
+    cache = KeyCache(engine)
+    version = await cache.current_version()
+
+    async def key_check() -> int:
+        assert await authenticate(sessions, key, cache) is not None
+        return 0
+
+    async def key_check_before() -> int:  # trusted as cached: no version read
+        assert await cache.principal(sessions, hash_key(key), version) is not None
+        return 0
+
     try:
-        for name, read in (("through the engine", through_engine), ("directly", reader.read)):
-            print(f"{name:20} {await cpu_per_read(read, reads) * 1e6:8.1f} us CPU per read")
+        for name, read in (
+            ("through the engine", through_engine),
+            ("directly", reader.read),
+            ("key check now", key_check),
+            ("key check before", key_check_before),
+        ):
+            print(f"{name:20} {await cpu_per_read(read, reads) * 1e6:8.1f} us CPU per call")
     finally:
         await reader.aclose()
+        await cache.aclose()
         await engine.dispose()
 
 
