@@ -21,7 +21,6 @@ import time
 from collections.abc import Awaitable, Callable
 
 from harness import make_database
-
 from sqlalchemy.ext.asyncio import async_sessionmaker
 
 from app.auth.keys import _VERSION, KeyCache, authenticate, create_key, hash_key
