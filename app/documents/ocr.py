@@ -113,6 +113,45 @@ def languages_for(script: str | None, configured: list[str]) -> list[str]:
     return chosen or configured
 
 
+# Common words of the Latin-script languages a page is told apart in: a page is read in one
+# language first (English when configured), and again with another when its words say so.
+_COMMON_WORDS = {
+    code: frozenset(words.split())
+    for code, words in {
+        "eng": "the and of to is that with for this are was be by from which not have has were",
+        "deu": "der die das und ist nicht mit von den dem ein eine sich auf für wird werden auch",
+        "fra": "le les et est des une du dans pour que qui sur pas au avec ce sont",
+        "spa": "el los las del que por una para con es se su como más pero al",
+        "ita": "il di che della per una con non sono gli del le nel alla è",
+        "por": "os das dos que uma para com não são do da em ao pelo é",
+    }.items()
+}
+_WORD = re.compile(r"[^\W\d_]+")
+# A language is told from the first reading's words only when at least this many of its common
+# words are in it (and more than of the language read first).
+_TOLD = 3
+
+
+def first_language(candidates: list[str]) -> str | None:
+    """The language to read a page in first, when the page's language can be told from the
+    words read (every candidate has common words here and there are several); else None: the
+    page is read with all candidates at once."""
+    if len(candidates) < 2 or not all(code in _COMMON_WORDS for code in candidates):
+        return None
+    return "eng" if "eng" in candidates else candidates[0]
+
+
+def told_language(text: str, candidates: list[str], first: str) -> str | None:
+    """The candidate whose common words ``text`` (read in ``first``) holds most, when that is
+    not ``first`` and its words are clearly there; else None."""
+    words = set(_WORD.findall(text.lower()))
+    counts = {code: len(_COMMON_WORDS[code] & words) for code in candidates}
+    best = max(candidates, key=lambda code: counts[code])
+    if best == first or counts[best] < _TOLD or counts[best] <= counts[first]:
+        return None
+    return best
+
+
 # A worker keeps the last few PDFs it opened: the pages of one document come one after the
 # other, and opening a long PDF costs more than rendering one of its pages.
 _OPEN: OrderedDict[str, pdfium.PdfDocument] = OrderedDict()
@@ -152,11 +191,10 @@ def read_picture(
     picture: Image.Image, number: int, configured: list[str], dpi: int = DPI
 ) -> OcrPage:
     """Read a page's picture (``dpi`` dots an inch): cleaned of salt-and-pepper noise when it
-    has some, turned upright by OSD, then read in its script's languages. Tesseract is told
-    the resolution: a picture carries none, and Tesseract's guess from the text's height
-    reads small print worse."""
-    import pytesseract
-
+    has some, turned upright by OSD, then read in its script's languages: a Latin page in
+    English (or the first configured) alone, and again with another configured language when
+    its words are that language's. Tesseract is told the resolution: a picture carries none,
+    and Tesseract's guess from the text's height reads small print worse."""
     cleaned = despeckled(picture)
     # OSD on a cleaned scan's half-size picture is unsure and wrong (a LaTeX page at 150 dpi
     # "Cyrillic" at confidence 3.3): such a page is shown to OSD whole.
@@ -165,11 +203,31 @@ def read_picture(
     del cleaned
     upright = picture.rotate(-rotation, expand=True) if rotation else picture
     del picture  # the page as rendered goes as soon as it is not the one read
-    languages = "+".join(languages_for(script, configured))
+    candidates = languages_for(script, configured)
+    # Each language more makes Tesseract slower and larger (docs/PERFORMANCE.md): a page of a
+    # script with several is read in one first, and again with the language its words are in
+    # when that is another.
+    first = first_language(candidates)
+    if first is None:
+        return _recognised(upright, number, candidates, rotation, dpi)
+    page = _recognised(upright, number, [first], rotation, dpi)
+    told = told_language(page.text, candidates, first)
+    if told is None:
+        return page
+    return _recognised(upright, number, [told, first], rotation, dpi)
+
+
+def _recognised(
+    upright: Image.Image, number: int, languages: list[str], rotation: int, dpi: int
+) -> OcrPage:
+    """The upright picture read by Tesseract in ``languages`` (the first one foremost)."""
+    import pytesseract
+
+    lang = "+".join(languages)
     try:
         data = pytesseract.image_to_data(
             upright,
-            lang=languages,
+            lang=lang,
             config=f"--psm 3 --dpi {dpi} -c tessedit_do_invert=0",
             output_type=pytesseract.Output.DICT,
         )
@@ -177,7 +235,7 @@ def read_picture(
         raise OcrError("Tesseract is not installed (apt-get install tesseract-ocr).") from exc
     except pytesseract.TesseractError as exc:
         raise OcrError(f"Tesseract failed on page {number}: {exc.message}") from exc
-    return _page(number, data, upright.size, rotation, languages)
+    return _page(number, data, upright.size, rotation, lang)
 
 
 def _orientation(picture: Image.Image, dpi: int, *, whole: bool = False) -> tuple[int, str | None]:
@@ -346,8 +404,8 @@ def run_below_service() -> None:
     """Make this process (an OCR worker) and the Tesseract processes it starts run only on the
     CPU the service leaves: Linux's SCHED_IDLE, which any runnable process of the service
     preempts at once (a niced process only weighs less: it keeps a share of a core the
-    service wants; other requests' p95 grew by a quarter with the workers at nice 10). Where
-    SCHED_IDLE is not there (not Linux), nice 19. Tesseract's OpenMP threads would contend with the other
+    service wants, and other requests' p95 grew with the workers at nice 10). Where SCHED_IDLE
+    is not there (not Linux), nice 19. Tesseract's OpenMP threads would contend with the other
     workers: one thread a process."""
     os.environ["OMP_THREAD_LIMIT"] = "1"
     try:

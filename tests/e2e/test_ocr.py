@@ -286,3 +286,30 @@ def test_a_cyrillic_scan_is_read_in_russian_chosen_by_its_script(
     assert document["status"] == "ready", document
     (text,) = _page_texts(ocr_client, document["id"], 1)
     assert cer(text, RUSSIAN) <= 0.02, text
+
+
+GERMAN = (
+    "Über die Größe der Bäume läßt sich nicht streiten: sie wachsen, bis die Kräfte des Bodens "
+    "erschöpft sind. Die Förster zählen die Jahresringe und schätzen das Alter der Wälder, "
+    "die von den Flüssen und Straßen begrenzt werden."
+)
+
+
+def test_a_german_scan_keeps_its_umlauts_read_again_in_german(ocr_client: httpx.Client) -> None:
+    # A Latin page is read in English first; this one's words are German, so it is read again
+    # with German, which keeps the umlauts and the ß that English reads as other letters.
+    if not SERIF.exists():
+        pytest.skip("DejaVu Serif (fonts-dejavu-core) is not installed")
+    font = ImageFont.truetype(str(SERIF), 42)
+    picture = Image.new("L", (2480, 3508), 255)
+    draw = ImageDraw.Draw(picture)
+    for index, line in enumerate(textwrap.wrap(GERMAN, 60)):
+        draw.text((200, 300 + index * 70), line, font=font, fill=0)
+    response = _upload(ocr_client, "german-scan.pdf", image_pdf([picture]))
+    assert response.status_code == 202, response.text
+    document = wait_ready(ocr_client, response.json()["id"])
+    assert document["status"] == "ready", document
+    (text,) = _page_texts(ocr_client, document["id"], 1)
+    assert cer(text, GERMAN) <= 0.02, text
+    for word in ("Größe", "Bäume", "läßt", "erschöpft", "Straßen"):
+        assert word in text, (word, text)

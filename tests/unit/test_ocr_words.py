@@ -10,7 +10,16 @@ import numpy as np
 import pytest
 from PIL import Image, ImageDraw, ImageFont
 
-from app.documents.ocr import NOISY, _page, despeckled, languages_for, parse_languages, speckle
+from app.documents.ocr import (
+    NOISY,
+    _page,
+    despeckled,
+    first_language,
+    languages_for,
+    parse_languages,
+    speckle,
+    told_language,
+)
 
 CONFIGURED = parse_languages("eng+deu+fra+spa+ita+por+rus+ara+chi_sim+jpn")
 
@@ -30,6 +39,28 @@ def test_a_page_is_read_in_the_configured_languages_of_its_script() -> None:
     assert languages_for("Han", CONFIGURED) == ["chi_sim", "jpn"]
     assert languages_for(None, CONFIGURED) == CONFIGURED  # OSD found too little text
     assert languages_for("Cyrillic", ["eng"]) == ["eng"]  # none of its script configured
+
+
+LATIN = languages_for("Latin", CONFIGURED)
+
+
+def test_a_latin_page_is_read_in_english_first_and_again_in_the_language_its_words_are_in() -> None:
+    assert first_language(LATIN) == "eng"
+    assert first_language(["deu", "fra"]) == "deu"  # no English configured: the first one
+    assert first_language(["deu"]) is None  # one language: read in it at once
+    assert first_language(["eng", "pol"]) is None  # Polish not told apart: read with both
+    assert first_language(languages_for(None, CONFIGURED)) is None  # the script unknown
+    # as English reads them: umlauts and accents lost, the common words kept
+    german = "Die Menge der Punkte ist nicht leer, und sie wird von einer Kurve begrenzt."
+    french = "La limite des suites est unique dans un espace separe et elle ne depend pas du choix."
+    spanish = "El conjunto de los puntos es cerrado para la topologia que se define con una norma."
+    english = "The set of points is not empty, and it is bounded by a curve that was drawn."
+    assert told_language(german, LATIN, "eng") == "deu"
+    assert told_language(french, LATIN, "eng") == "fra"
+    assert told_language(spanish, LATIN, "eng") == "spa"
+    assert told_language(english, LATIN, "eng") is None
+    assert told_language("Der Satz: the proof of the lemma.", LATIN, "eng") is None  # too few
+    assert told_language("", LATIN, "eng") is None
 
 
 Word = tuple[str, int, int, int, int, int, int, int, float]
