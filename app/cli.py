@@ -18,6 +18,7 @@ import uvicorn
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.auth import keys as api_keys
+from app.auth.budgets import usd_text
 from app.auth.scopes import TENANT_SCOPES, Scope
 from app.db.engine import run_in_session
 from app.db.migrations import at_head, upgrade_to_head
@@ -235,12 +236,15 @@ def create_key(
 
 @keys_cli.command("list")
 def list_keys() -> None:
-    """Every key: id, tenant, prefix, created, status, scopes, revoked."""
+    """Every key: id, tenant, prefix, created, status, scopes, budget, revoked."""
     for row, tenant in _with_session(api_keys.list_keys):
         revoked = row.revoked_at.isoformat() if row.revoked_at else "-"
+        budget = "-"
+        if row.budget_nano_usd is not None:
+            budget = f"{usd_text(row.budget_nano_usd)} USD/{row.budget_period}"
         typer.echo(
             f"{row.id}  {tenant}  {row.prefix}…  {row.created_at.isoformat()}  {row.status}  "
-            f"{','.join(row.scopes)}  {revoked}"
+            f"{','.join(row.scopes)}  {budget}  {revoked}"
         )
 
 

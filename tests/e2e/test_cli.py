@@ -91,9 +91,16 @@ def test_keys_create_list_revoke(fresh_sqlite: dict[str, str]) -> None:
     operator = run("create", "--tenant", "platform", "--scope", "operator", "--name", "ops")
     assert "scopes: operator\n" in operator
     listed = run("list")
-    assert "active  admin,read,write  -" in listed and "active  operator  -" in listed
+    assert "active  admin,read,write  -  -" in listed and "active  operator  -  -" in listed
     assert created["id"] in listed and "acme" in listed and created["prefix"] in listed
     assert created["key"] not in listed  # shown once, never again
+    with sqlite3.connect(fresh_sqlite["CITEGATE_DATABASE_URL"].split("///", 1)[1]) as database:
+        database.execute(  # a budget, as updateApiKey sets it: 12.5 USD a month
+            "UPDATE api_keys SET budget_nano_usd = 12500000000, budget_period = 'month' "
+            "WHERE id = ?",
+            (created["id"],),
+        )
+    assert "active  admin,read,write  12.50 USD/month  -" in run("list")
     assert run("revoke", created["id"]).strip() == f"revoked {created['id']}"
     revoked_line = next(line for line in run("list").splitlines() if created["id"] in line)
     assert revoked_line.split()[-1] != "-"
