@@ -20,7 +20,6 @@ import multiprocessing
 import os
 import re
 import sys
-from collections import OrderedDict
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
@@ -113,33 +112,23 @@ def languages_for(script: str | None, configured: list[str]) -> list[str]:
     return chosen or configured
 
 
-# A worker keeps the last few PDFs it opened: the pages of one document come one after the
-# other, and opening a long PDF costs more than rendering one of its pages.
-_OPEN: OrderedDict[str, pdfium.PdfDocument] = OrderedDict()
-_MAX_OPEN = 2
-
-
-def _document(path: str) -> pdfium.PdfDocument:
-    document = _OPEN.pop(path, None)
-    if document is None:
-        document = pdfium.PdfDocument(path)
-        while len(_OPEN) >= _MAX_OPEN:
-            _OPEN.popitem(last=False)[1].close()
-    _OPEN[path] = document
-    return document
-
-
 def render(path: str, number: int, dpi: int = DPI) -> Image.Image:
-    """Page ``number`` (1-based) of the PDF at ``path`` as displayed, greyscale, at ``dpi``."""
-    page = _document(path)[number - 1]
-    try:
-        bitmap = page.render(scale=dpi / 72, grayscale=True, may_draw_forms=False)
+    """Page ``number`` (1-based) of the PDF at ``path`` as displayed, greyscale, at ``dpi``.
+
+    The PDF is opened for the page and closed after it: PDFium keeps what it read of a
+    document's pages (their images' data) until the document is closed, and a worker that kept
+    an 85 MB scan open grew by 0.8 MiB a page (83 MiB over 100 pages rendered), while opening
+    it takes under a millisecond (docs/PERFORMANCE.md, "The OCR job's memory")."""
+    with pdfium.PdfDocument(path) as document:
+        page = document[number - 1]
         try:
-            picture: Image.Image = bitmap.to_pil().convert("L")
+            bitmap = page.render(scale=dpi / 72, grayscale=True, may_draw_forms=False)
+            try:
+                picture: Image.Image = bitmap.to_pil().convert("L")
+            finally:
+                bitmap.close()
         finally:
-            bitmap.close()
-    finally:
-        page.close()
+            page.close()
     return picture
 
 

@@ -18,6 +18,7 @@ import re
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import pypdfium2 as pdfium
@@ -172,10 +173,12 @@ class PdfText:
         return [n for n, v in enumerate(self.verdicts, 1) if v.verdict is not Verdict.TEXT]
 
 
-def extract_pdf_text(data: bytes, *, as_pdfium_gives: bool = False) -> PdfText:
+def extract_pdf_text(data: bytes | Path, *, as_pdfium_gives: bool = False) -> PdfText:
     """Extract every page's stored text (``page_text``), or with ``as_pdfium_gives`` PDFium's
     text as it is (hyphenation marks kept, no form values: what the upstream reads, for the
-    local engine). Raises ``PdfError`` for encrypted or unreadable files.
+    local engine). Raises ``PdfError`` for encrypted or unreadable files. ``data`` is the PDF's
+    bytes, or the path of a file holding them (read by the parser as it needs them, not held
+    whole in memory).
 
     Safe to call from several threads at once: PDFium work takes ``PDFIUM_LOCK`` in turn.
     """
@@ -184,7 +187,7 @@ def extract_pdf_text(data: bytes, *, as_pdfium_gives: bool = False) -> PdfText:
     return extracted if extracted is not None else _extract_with_pypdf(data)
 
 
-def _extract_with_pdfium(data: bytes, as_pdfium_gives: bool = False) -> PdfText | None:
+def _extract_with_pdfium(data: bytes | Path, as_pdfium_gives: bool = False) -> PdfText | None:
     """None when PDFium refuses a file that is not encrypted. Call it holding ``PDFIUM_LOCK``."""
     try:
         document = pdfium.PdfDocument(data)
@@ -225,11 +228,11 @@ def _scanned(text: PageText, page: pdfium.PdfPage) -> bool:
     return False
 
 
-def _extract_with_pypdf(data: bytes) -> PdfText:
+def _extract_with_pypdf(data: bytes | Path) -> PdfText:
     import pypdf  # a fallback, imported when first needed: see LAZY_LIBRARIES
 
     try:
-        reader = pypdf.PdfReader(io.BytesIO(data))
+        reader = pypdf.PdfReader(data if isinstance(data, Path) else io.BytesIO(data))
         if reader.is_encrypted:
             raise PdfError(ErrorCode.PDF_ENCRYPTED, "The PDF is encrypted.")
         pages = [
