@@ -34,6 +34,12 @@ log = logging.getLogger(__name__)
 _SCAN_MAX_CHARS = 32
 _SCAN_MIN_IMAGE_COVERAGE = 0.8
 
+# PDFium keeps what it parsed of a document's pages (a scan's images among it) until the
+# document is closed, not the page: an 85 MB scan of 100 pages held 80 MB more by its last
+# page. The document is closed and opened again (its cross-reference table read again) every
+# PAGES_OPEN pages (docs/PERFORMANCE.md, "The OCR job's memory").
+PAGES_OPEN = 10
+
 # PDFium is not thread-safe, not even for different documents: only one call at a time in the
 # process, or it corrupts memory and crashes (pypdfium2's documentation says so, and
 # tests/unit/test_parsing.py extracts in four threads at once). Extraction runs in worker
@@ -200,11 +206,15 @@ def _extract_with_pdfium(data: bytes | Path, as_pdfium_gives: bool = False) -> P
         # The upstream refuses encrypted PDFs, even those that open without a password.
         if pdfium_c.FPDF_GetSecurityHandlerRevision(document.raw) != -1:
             raise PdfError(ErrorCode.PDF_ENCRYPTED, "The PDF is encrypted.")
-        if not as_pdfium_gives:
-            init_forms(document)
         pages: list[str] = []
         verdicts: list[LayerVerdict] = []
-        for page in document:
+        for index in range(len(document)):
+            if index and index % PAGES_OPEN == 0:
+                document.close()
+                document = pdfium.PdfDocument(data)
+            if index % PAGES_OPEN == 0 and not as_pdfium_gives:
+                init_forms(document)
+            page = document[index]
             raw, text = read_page(document, page)
             verdicts.append(text_layer_verdict(text.text, covered_by_image=_scanned(text, page)))
             page.close()
