@@ -353,8 +353,9 @@ class OcrPool:
     """Worker processes that read pages, one page a task. Started when first used. Not
     replaced after N pages (``max_tasks_per_child``): on Python 3.11 the pool then stops
     taking work once a worker has left (CPython gh-115634; 100 pages hung after the first 20).
-    A worker's peak is 104 MiB over 3 pages of a small PDF, 133 MiB over 50 pages of an 85 MB
-    one (docs/PERFORMANCE.md)."""
+    A worker's memory does not grow with the pages it reads (the PDF is opened for each page:
+    see ``render``): 99 MiB at its peak over 50 pages of an 85 MB scan, against 133 MiB when
+    it kept the PDF open (docs/PERFORMANCE.md)."""
 
     def __init__(self, workers: int) -> None:
         self._workers = max(1, workers)
