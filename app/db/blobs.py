@@ -8,9 +8,9 @@ piece at a time, and SQLite gets a row of zeros that is then written through its
 blob I/O, in the transaction of the session either way.
 
 Reading a blob whole costs twice its size as well (the driver's buffer, or SQLite's, and the
-bytes made from it): an 85 MB PDF read by its OCR job took 170 MB more at once. ``blob_to_file``
-reads it a piece at a time (SQLite's incremental blob I/O; PostgreSQL's ``substring``, which
-reads only the slice of a value stored uncompressed) and writes each piece to the file.
+bytes made from it), and an OCR job then held the PDF's bytes while its pages were read.
+``blob_to_file`` reads it a piece at a time (SQLite's incremental blob I/O; PostgreSQL's
+``substring``, which reads only the slice of a value stored uncompressed) into a file.
 """
 
 from __future__ import annotations

@@ -116,9 +116,9 @@ def render(path: str, number: int, dpi: int = DPI) -> Image.Image:
     """Page ``number`` (1-based) of the PDF at ``path`` as displayed, greyscale, at ``dpi``.
 
     The PDF is opened for the page and closed after it: PDFium keeps what it read of a
-    document's pages (their images' data) until the document is closed, and a worker that kept
-    an 85 MB scan open grew by 0.8 MiB a page (83 MiB over 100 pages rendered), while opening
-    it takes under a millisecond (docs/PERFORMANCE.md, "The OCR job's memory")."""
+    document's pages (their images' data) until the document is closed: a worker that kept an
+    85 MB scan open peaked 133 MiB above its start after 100 pages rendered (52 after one),
+    while opening it takes under a millisecond (docs/PERFORMANCE.md, "The OCR job's memory")."""
     with pdfium.PdfDocument(path) as document:
         page = document[number - 1]
         try:
