@@ -3,11 +3,12 @@
 peak RSS of the service and of its OCR workers, and the p95 latency of other requests while OCR
 runs against before. Prints figures; asserts nothing.
 
-    .venv/bin/python bench/ocr.py [--database-url URL] [--pages N] [--scan-pages N]
+    .venv/bin/python bench/ocr.py [--database-url URL] [--pages N] [--scan-pages N] [--skip-pages]
 
 The scans are the repository's own text PDFs (tests/fixtures/pdf) rendered by PDFium into
 image-only pages, so the truth is their text layer. Per page per core: one process reading
 pages one after another with OMP_THREAD_LIMIT=1, the service's languages (all ten by default).
+``--skip-pages`` leaves that out (and the CER): the scan alone, for its time and memory.
 """
 
 from __future__ import annotations
@@ -107,13 +108,16 @@ class Prober(threading.Thread):
 class MemorySampler(threading.Thread):
     """The resident size of the service and its OCR workers (Python processes), and of the
     Tesseract processes the workers run, summed every 0.2 s: the peak of the sum over the run
-    (VmHWM, read at the end, misses processes that have ended)."""
+    (VmHWM, read at the end, misses processes that have ended), and the service's own peak in
+    each phase the caller names (``phase``: the upload, the pages read, the document made)."""
 
     def __init__(self, pid: int) -> None:
         super().__init__(daemon=True)
         self.pid = pid
         self.peak_python = 0.0
         self.peak_with_tesseract = 0.0
+        self.phase = "upload"
+        self.service_peaks: dict[str, float] = {}
         self.stopping = threading.Event()
 
     def run(self) -> None:
@@ -132,6 +136,9 @@ class MemorySampler(threading.Thread):
                     tesseract += rss
                 else:
                     python += rss
+                if pid == self.pid:
+                    peak = self.service_peaks.get(self.phase, 0.0)
+                    self.service_peaks[self.phase] = max(peak, rss)
             self.peak_python = max(self.peak_python, python)
             self.peak_with_tesseract = max(self.peak_with_tesseract, python + tesseract)
             time.sleep(0.2)
@@ -151,19 +158,23 @@ def main() -> None:
     parser.add_argument("--database-url", help="default: a new SQLite file")
     parser.add_argument("--pages", type=int, default=len(PAGES), help="pages for CER and speed")
     parser.add_argument("--scan-pages", type=int, default=100, help="pages of the scan")
+    parser.add_argument(
+        "--skip-pages", action="store_true", help="the scan alone: no speed or CER by page"
+    )
     args = parser.parse_args()
     pages = PAGES[: args.pages]
 
-    seconds, cpu, rate = per_page(pages, 300, noise=False)
-    print(
-        f"300 dpi: {seconds:.2f} s a page on one core ({cpu:.2f} CPU s), CER {rate:.2%} over "
-        f"{len(pages)} pages"
-    )
-    seconds, cpu, noisy_rate = per_page(pages, 150, noise=True)
-    print(
-        f"150 dpi, blurred, 1 % salt-and-pepper noise: CER {noisy_rate:.2%} (target <= 5 %), "
-        f"{seconds:.2f} s a page ({cpu:.2f} CPU s)"
-    )
+    if not args.skip_pages:
+        seconds, cpu, rate = per_page(pages, 300, noise=False)
+        print(
+            f"300 dpi: {seconds:.2f} s a page on one core ({cpu:.2f} CPU s), CER {rate:.2%} "
+            f"over {len(pages)} pages"
+        )
+        seconds, cpu, noisy_rate = per_page(pages, 150, noise=True)
+        print(
+            f"150 dpi, blurred, 1 % salt-and-pepper noise: CER {noisy_rate:.2%} (target <= 5 %), "
+            f"{seconds:.2f} s a page ({cpu:.2f} CPU s)"
+        )
 
     pictures = [
         render_page((CORPUS / name).read_bytes(), number, 300)
@@ -183,11 +194,15 @@ def main() -> None:
         response = http.post("/v1/documents/upload", files={"file": ("scan.pdf", scan)})
         assert response.status_code == 202, response.text
         prober.start()
+        memory.phase = "reading"
         document_id = response.json()["id"]
         while (document := http.get(f"/v1/documents/{document_id}").json())[
             "status"
         ] == "processing":
-            time.sleep(1)
+            progress = document["progress"]
+            if progress and progress["pages_done"] == progress["pages_total"]:
+                memory.phase = "finishing"
+            time.sleep(0.5)
         elapsed = time.perf_counter() - started
         prober.stopping.set()
         prober.join()
@@ -210,6 +225,10 @@ def main() -> None:
         f"peak of the sum, sampled every 0.2 s (ended processes too): service and workers "
         f"{memory.peak_python:.0f} MiB, with the Tesseract processes "
         f"{memory.peak_with_tesseract:.0f} MiB"
+    )
+    print(
+        "the service's own peak by phase (sampled): "
+        + ", ".join(f"{phase} {peak:.0f} MiB" for phase, peak in memory.service_peaks.items())
     )
     print(
         f"GET /v1/documents p95: {before:.1f} ms before, {prober.p95():.1f} ms while OCR ran "

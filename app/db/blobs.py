@@ -1,10 +1,16 @@
-"""Writing a document's original bytes in pieces, so that storing them makes no copy of them.
+"""Writing a document's original bytes in pieces, so that storing them makes no copy of them,
+and reading them into a file in pieces, so that the file is made without them all in memory.
 
 A bound parameter is copied by the driver (asyncpg encodes it into its buffer; sqlite3 binds
 it as a transient blob and SQLite builds the row around it), which for a document of 200 MB
 is 200 MB more, or 400. Here PostgreSQL gets the row by a binary COPY whose data is sent a
 piece at a time, and SQLite gets a row of zeros that is then written through its incremental
 blob I/O, in the transaction of the session either way.
+
+Reading a blob whole costs twice its size as well (the driver's buffer, or SQLite's, and the
+bytes made from it), and an OCR job then held the PDF's bytes while its pages were read.
+``blob_to_file`` reads it a piece at a time (SQLite's incremental blob I/O; PostgreSQL's
+``substring``, which reads only the slice of a value stored uncompressed) into a file.
 """
 
 from __future__ import annotations
@@ -15,7 +21,8 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any, TypeVar
 
 import aiosqlite
-from sqlalchemy import text
+from anyio import to_thread
+from sqlalchemy import func, select, text
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.db.models import DocumentBlob
@@ -56,6 +63,48 @@ async def insert_blob(session: AsyncSession, document_id: str, tenant_id: str, d
         await _on_thread(sqlite, _write_blob, rowid, data)
 
 
+async def blob_to_file(
+    session: AsyncSession, document_id: str, path: str, *, piece: int = PIECE
+) -> bool:
+    """Write the document's blob to the file at ``path`` (made afresh), ``piece`` bytes at a
+    time, in the session's transaction; False when the document has no blob, or none any more
+    (then the file is left as it was, or holds part of it)."""
+    connection = await session.connection()
+    driver = connection.dialect.driver
+    if driver == "asyncpg":
+        size = await session.scalar(
+            select(func.length(DocumentBlob.data)).where(DocumentBlob.document_id == document_id)
+        )
+        if size is None:
+            return False
+        file = await to_thread.run_sync(open, path, "wb")
+        try:
+            for start in range(0, size, piece):
+                data = await session.scalar(
+                    # substring counts from 1
+                    select(func.substring(DocumentBlob.data, start + 1, piece)).where(
+                        DocumentBlob.document_id == document_id
+                    )
+                )
+                if data is None:
+                    return False  # deleted meanwhile (each statement sees what is committed)
+                await to_thread.run_sync(file.write, data)
+        finally:
+            await to_thread.run_sync(file.close)
+        return True
+    assert driver == "aiosqlite", driver
+    rowid = await session.scalar(
+        text("SELECT rowid FROM document_blobs WHERE document_id = :document_id"),
+        {"document_id": document_id},
+    )
+    if rowid is None:
+        return False
+    raw = await connection.get_raw_connection()
+    sqlite: aiosqlite.Connection = raw.driver_connection  # type: ignore[assignment]
+    await _on_thread(sqlite, _read_blob, rowid, path, piece)
+    return True
+
+
 async def _on_thread(
     connection: aiosqlite.Connection, function: Callable[..., _T], *args: Any
 ) -> _T:
@@ -71,6 +120,16 @@ def _write_blob(connection: sqlite3.Connection, rowid: int, data: bytes) -> None
     with connection.blobopen(_TABLE, "data", rowid) as blob:
         for start in range(0, len(view), PIECE):
             blob.write(view[start : start + PIECE])
+
+
+def _read_blob(connection: sqlite3.Connection, rowid: int, path: str, piece: int) -> None:
+    """On aiosqlite's thread."""
+    with (
+        connection.blobopen(_TABLE, "data", rowid, readonly=True) as blob,
+        open(path, "wb") as file,
+    ):
+        while data := blob.read(piece):
+            file.write(data)
 
 
 async def _binary_copy(texts: tuple[str, ...], data: bytes) -> AsyncIterator[bytes]:

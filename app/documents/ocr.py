@@ -20,7 +20,6 @@ import multiprocessing
 import os
 import re
 import sys
-from collections import OrderedDict
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
@@ -152,33 +151,23 @@ def told_language(text: str, candidates: list[str], first: str) -> str | None:
     return best
 
 
-# A worker keeps the last few PDFs it opened: the pages of one document come one after the
-# other, and opening a long PDF costs more than rendering one of its pages.
-_OPEN: OrderedDict[str, pdfium.PdfDocument] = OrderedDict()
-_MAX_OPEN = 2
-
-
-def _document(path: str) -> pdfium.PdfDocument:
-    document = _OPEN.pop(path, None)
-    if document is None:
-        document = pdfium.PdfDocument(path)
-        while len(_OPEN) >= _MAX_OPEN:
-            _OPEN.popitem(last=False)[1].close()
-    _OPEN[path] = document
-    return document
-
-
 def render(path: str, number: int, dpi: int = DPI) -> Image.Image:
-    """Page ``number`` (1-based) of the PDF at ``path`` as displayed, greyscale, at ``dpi``."""
-    page = _document(path)[number - 1]
-    try:
-        bitmap = page.render(scale=dpi / 72, grayscale=True, may_draw_forms=False)
+    """Page ``number`` (1-based) of the PDF at ``path`` as displayed, greyscale, at ``dpi``.
+
+    The PDF is opened for the page and closed after it: PDFium keeps what it read of a
+    document's pages (their images' data) until the document is closed, so a worker that kept
+    a long scan open grew page by page, while opening one costs little (docs/PERFORMANCE.md,
+    "The OCR job's memory")."""
+    with pdfium.PdfDocument(path) as document:
+        page = document[number - 1]
         try:
-            picture: Image.Image = bitmap.to_pil().convert("L")
+            bitmap = page.render(scale=dpi / 72, grayscale=True, may_draw_forms=False)
+            try:
+                picture: Image.Image = bitmap.to_pil().convert("L")
+            finally:
+                bitmap.close()
         finally:
-            bitmap.close()
-    finally:
-        page.close()
+            page.close()
     return picture
 
 
@@ -428,8 +417,9 @@ class OcrPool:
     """Worker processes that read pages, one page a task. Started when first used. Not
     replaced after N pages (``max_tasks_per_child``): on Python 3.11 the pool then stops
     taking work once a worker has left (CPython gh-115634; 100 pages hung after the first 20).
-    A worker's peak is 104 MiB over 3 pages of a small PDF, 133 MiB over 50 pages of an 85 MB
-    one (docs/PERFORMANCE.md)."""
+    A worker's memory does not grow with the pages it reads (the PDF is opened for each page:
+    see ``render``): 99 MiB at its peak over 50 pages of an 85 MB scan, against 133 MiB when
+    it kept the PDF open (docs/PERFORMANCE.md)."""
 
     def __init__(self, workers: int) -> None:
         self._workers = max(1, workers)

@@ -20,17 +20,18 @@ import secrets
 import time
 from collections.abc import Sequence
 from functools import partial
+from pathlib import Path
 
 from sqlalchemy import delete, or_, select, update
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from app.db.models import Document, DocumentBlob, DocumentPageRow, OcrJob
-from app.documents.kinds import kind_named
+from app.db.blobs import blob_to_file
+from app.db.models import Document, DocumentPageRow, OcrJob
 from app.documents.kinds.pdf import PageRead
 from app.documents.ocr import OcrError, OcrPage, OcrPool
 from app.documents.reading import page_read, pdf_file, with_pages_read
-from app.documents.service import insert_chunks, insert_pages, parse_off_loop
+from app.documents.service import insert_chunks, insert_pages, parse_pdf_file_off_loop
 from app.search.index import index_document
 
 log = logging.getLogger(__name__)
@@ -148,40 +149,44 @@ class OcrJobs:
             await self._fail(document_id, "The document could not be read by OCR.")
 
     async def _read_document(self, document_id: str) -> None:
-        async with self._sessions() as session:
-            job = await session.get(OcrJob, document_id)
-            if job is None:
-                return
-            if job.attempts > MAX_ATTEMPTS:
-                raise OcrError(f"Reading the document by OCR was interrupted {MAX_ATTEMPTS} times.")
-            languages = job.languages
-            data = await session.scalar(
-                select(DocumentBlob.data).where(DocumentBlob.document_id == document_id)
-            )
-            pending = (
-                await session.scalars(
-                    select(DocumentPageRow.page_number)
-                    .where(
-                        DocumentPageRow.document_id == document_id,
-                        DocumentPageRow.text_source == "pending",
+        # The PDF goes from the database to a file a piece at a time, and the service holds
+        # none of its bytes while its pages are read, nor when the document is made whole
+        # (parsed from the file): read whole, an 85 MB scan cost twice its size at once, then
+        # was held for the job's length (docs/PERFORMANCE.md, "The OCR job's memory").
+        async with pdf_file() as path:
+            async with self._sessions() as session:
+                job = await session.get(OcrJob, document_id)
+                if job is None:
+                    return
+                if job.attempts > MAX_ATTEMPTS:
+                    raise OcrError(
+                        f"Reading the document by OCR was interrupted {MAX_ATTEMPTS} times."
                     )
-                    .order_by(DocumentPageRow.page_number)
-                )
-            ).all()
-        if data is None:
-            return  # deleted meanwhile (its job went with it)
-        heartbeat = asyncio.ensure_future(self._keep_lease(document_id))
-        reading = asyncio.ensure_future(self._read_pages(document_id, data, pending, languages))
-        try:
-            done, _ = await asyncio.wait((heartbeat, reading), return_when="FIRST_COMPLETED")
-        finally:
-            for task in (heartbeat, reading):
-                task.cancel()
-            await asyncio.gather(heartbeat, reading, return_exceptions=True)
-        if reading not in done or reading.cancelled():
-            heartbeat.result()  # LeaseLost, or the database's error
-        reading.result()
-        await self._finish(document_id, data)
+                languages = job.languages
+                pending = (
+                    await session.scalars(
+                        select(DocumentPageRow.page_number)
+                        .where(
+                            DocumentPageRow.document_id == document_id,
+                            DocumentPageRow.text_source == "pending",
+                        )
+                        .order_by(DocumentPageRow.page_number)
+                    )
+                ).all()
+                if not await blob_to_file(session, document_id, path):
+                    return  # deleted meanwhile (its job went with it)
+            heartbeat = asyncio.ensure_future(self._keep_lease(document_id))
+            reading = asyncio.ensure_future(self._read_pages(document_id, path, pending, languages))
+            try:
+                done, _ = await asyncio.wait((heartbeat, reading), return_when="FIRST_COMPLETED")
+            finally:
+                for task in (heartbeat, reading):
+                    task.cancel()
+                await asyncio.gather(heartbeat, reading, return_exceptions=True)
+            if reading not in done or reading.cancelled():
+                heartbeat.result()  # LeaseLost, or the database's error
+            reading.result()
+            await self._finish(document_id, path)
 
     async def _keep_lease(self, document_id: str) -> None:
         """Renew the lease a third of its length before it runs out, while pages are read (a
@@ -193,20 +198,18 @@ class OcrJobs:
                 await session.commit()
 
     async def _read_pages(
-        self, document_id: str, data: bytes, pending: Sequence[int], languages: str
+        self, document_id: str, path: str, pending: Sequence[int], languages: str
     ) -> None:
-        async with pdf_file(data) as path:
-            reads = [
-                asyncio.ensure_future(self._pool.read(path, number, languages))
-                for number in pending
-            ]
-            try:
-                for finished in asyncio.as_completed(reads):
-                    await self._store_page(document_id, await finished)
-            finally:
-                for read in reads:
-                    read.cancel()
-                await asyncio.gather(*reads, return_exceptions=True)
+        reads = [
+            asyncio.ensure_future(self._pool.read(path, number, languages)) for number in pending
+        ]
+        try:
+            for finished in asyncio.as_completed(reads):
+                await self._store_page(document_id, await finished)
+        finally:
+            for read in reads:
+                read.cancel()
+            await asyncio.gather(*reads, return_exceptions=True)
 
     async def _renew(self, session: AsyncSession, document_id: str) -> None:
         renewed = await session.execute(
@@ -249,9 +252,10 @@ class OcrJobs:
             page.rotation,
         )
 
-    async def _finish(self, document_id: str, data: bytes) -> None:
-        """The document made whole from its pages: chunks, index, pages, status at once."""
-        parsed = await parse_off_loop(data, kind_named("pdf"))
+    async def _finish(self, document_id: str, path: str) -> None:
+        """The document made whole from its pages (text layers parsed from the PDF's file at
+        ``path``): chunks, index, pages, status at once."""
+        parsed = await parse_pdf_file_off_loop(Path(path))
         async with self._sessions() as session:
             rows = (
                 await session.execute(

@@ -18,6 +18,7 @@ import re
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import pypdfium2 as pdfium
@@ -32,6 +33,12 @@ log = logging.getLogger(__name__)
 # the few characters are a label or an artefact under the image, not a text layer.
 _SCAN_MAX_CHARS = 32
 _SCAN_MIN_IMAGE_COVERAGE = 0.8
+
+# PDFium keeps what it parsed of a document's pages (a scan's images among it) until the
+# document is closed, not the page: an 85 MB scan of 100 pages held 80 MB more by its last
+# page. The document is closed and opened again (its cross-reference table read again) every
+# PAGES_OPEN pages (docs/PERFORMANCE.md, "The OCR job's memory").
+PAGES_OPEN = 10
 
 # PDFium is not thread-safe, not even for different documents: only one call at a time in the
 # process, or it corrupts memory and crashes (pypdfium2's documentation says so, and
@@ -172,10 +179,12 @@ class PdfText:
         return [n for n, v in enumerate(self.verdicts, 1) if v.verdict is not Verdict.TEXT]
 
 
-def extract_pdf_text(data: bytes, *, as_pdfium_gives: bool = False) -> PdfText:
+def extract_pdf_text(data: bytes | Path, *, as_pdfium_gives: bool = False) -> PdfText:
     """Extract every page's stored text (``page_text``), or with ``as_pdfium_gives`` PDFium's
     text as it is (hyphenation marks kept, no form values: what the upstream reads, for the
-    local engine). Raises ``PdfError`` for encrypted or unreadable files.
+    local engine). Raises ``PdfError`` for encrypted or unreadable files. ``data`` is the PDF's
+    bytes, or the path of a file holding them (read by the parser as it needs them, not held
+    whole in memory).
 
     Safe to call from several threads at once: PDFium work takes ``PDFIUM_LOCK`` in turn.
     """
@@ -184,7 +193,7 @@ def extract_pdf_text(data: bytes, *, as_pdfium_gives: bool = False) -> PdfText:
     return extracted if extracted is not None else _extract_with_pypdf(data)
 
 
-def _extract_with_pdfium(data: bytes, as_pdfium_gives: bool = False) -> PdfText | None:
+def _extract_with_pdfium(data: bytes | Path, as_pdfium_gives: bool = False) -> PdfText | None:
     """None when PDFium refuses a file that is not encrypted. Call it holding ``PDFIUM_LOCK``."""
     try:
         document = pdfium.PdfDocument(data)
@@ -197,11 +206,15 @@ def _extract_with_pdfium(data: bytes, as_pdfium_gives: bool = False) -> PdfText 
         # The upstream refuses encrypted PDFs, even those that open without a password.
         if pdfium_c.FPDF_GetSecurityHandlerRevision(document.raw) != -1:
             raise PdfError(ErrorCode.PDF_ENCRYPTED, "The PDF is encrypted.")
-        if not as_pdfium_gives:
-            init_forms(document)
         pages: list[str] = []
         verdicts: list[LayerVerdict] = []
-        for page in document:
+        for index in range(len(document)):
+            if index and index % PAGES_OPEN == 0:
+                document.close()
+                document = pdfium.PdfDocument(data)
+            if index % PAGES_OPEN == 0 and not as_pdfium_gives:
+                init_forms(document)
+            page = document[index]
             raw, text = read_page(document, page)
             verdicts.append(text_layer_verdict(text.text, covered_by_image=_scanned(text, page)))
             page.close()
@@ -225,11 +238,11 @@ def _scanned(text: PageText, page: pdfium.PdfPage) -> bool:
     return False
 
 
-def _extract_with_pypdf(data: bytes) -> PdfText:
+def _extract_with_pypdf(data: bytes | Path) -> PdfText:
     import pypdf  # a fallback, imported when first needed: see LAZY_LIBRARIES
 
     try:
-        reader = pypdf.PdfReader(io.BytesIO(data))
+        reader = pypdf.PdfReader(data if isinstance(data, Path) else io.BytesIO(data))
         if reader.is_encrypted:
             raise PdfError(ErrorCode.PDF_ENCRYPTED, "The PDF is encrypted.")
         pages = [

@@ -91,16 +91,12 @@ def with_pages_read(parsed: ParsedDocument, read: Mapping[int, PageRead]) -> Par
 
 
 @asynccontextmanager
-async def pdf_file(data: bytes) -> AsyncIterator[str]:
-    """The PDF written to a temporary file for the OCR workers to open; removed after."""
+async def pdf_file() -> AsyncIterator[str]:
+    """The path of a new empty temporary file, for the caller to write the PDF the OCR workers
+    open; removed after."""
     handle, path = await to_thread.run_sync(tempfile.mkstemp, ".pdf", "citegate-ocr-")
     try:
-
-        def write() -> None:
-            with os.fdopen(handle, "wb") as file:
-                file.write(data)
-
-        await to_thread.run_sync(write)
+        await to_thread.run_sync(os.close, handle)
         yield path
     finally:
         await to_thread.run_sync(_remove, path)

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from email.message import Message
+from pathlib import Path
 from typing import Any, TypeVar
 
 import orjson
@@ -34,6 +35,7 @@ from app.db.tenancy import get_owned, list_newest
 from app.db.unavailable import driver_calls
 from app.documents.kinds import (
     CONTENT,
+    PDF,
     TEXT,
     DocumentKind,
     ParsedDocument,
@@ -94,6 +96,13 @@ async def parse_off_loop(
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(_SERIAL_THREAD, kind.parse, data, options)
     return await to_thread.run_sync(kind.parse, data, options)
+
+
+async def parse_pdf_file_off_loop(path: Path) -> ParsedDocument:
+    """A PDF parsed from the file at ``path`` (on the serial parsing thread, as
+    ``parse_off_loop``): its bytes are read by PDFium as it needs them, not held in memory."""
+    loop = asyncio.get_running_loop()
+    return await loop.run_in_executor(_SERIAL_THREAD, PDF.parse, path)
 
 
 def _charset(media_type: str | None) -> str | None:

@@ -1,6 +1,7 @@
 """OCR as jobs in the database, with real `citegate serve` processes: one killed with kill -9
 in the middle of a document leaves it to the next one started, which reads only the pages still
-pending (every page stored once); two processes on one PostgreSQL share the documents."""
+pending (every page stored once); two processes on one PostgreSQL share the documents; the file
+the workers read a PDF from is the stored PDF, and is gone once the document is."""
 
 from __future__ import annotations
 
@@ -28,7 +29,9 @@ STORED = re.compile(r"OCR of document (doc_\w+): page (\d+) stored by (\w+)")
 class OcrCitegate(CitegateProcess):
     """`citegate serve` with OCR on, one worker process, short leases, on the given database."""
 
-    def __init__(self, tmp_path: Path, database_url: str) -> None:
+    def __init__(
+        self, tmp_path: Path, database_url: str, env: dict[str, str] | None = None
+    ) -> None:
         self.port = free_port()
         self.base_url = f"http://127.0.0.1:{self.port}"
         super().__init__(
@@ -41,7 +44,8 @@ class OcrCitegate(CitegateProcess):
                 "CITEGATE_OCR_LANGUAGES": "eng",
                 "CITEGATE_OCR_LEASE_SECONDS": "4",
                 "CITEGATE_OCR_POLL_SECONDS": "0.5",
-            },
+            }
+            | (env or {}),
         )
         self.wait_until_healthy(self.base_url)
 
@@ -157,3 +161,36 @@ def test_two_processes_on_one_database_share_the_documents(
     readers = {owner for process in (one, two) for owner in STORED.findall(process.output)}
     by_process = [len(process.stored_pages()) for process in (one, two)]
     assert sum(by_process) == 4 and all(by_process), (by_process, readers)
+
+
+def test_the_workers_read_the_stored_pdf_from_a_file_removed_once_the_document_is_ready(
+    tmp_path: Path, served_database: str, processes: list[OcrCitegate]
+) -> None:
+    """The job writes the stored PDF to a temporary file for its workers, a piece at a time
+    from the database, and makes the document whole from that file: the text pages are kept
+    as the upload had them, the scanned ones read; no file is left behind in TMPDIR."""
+    temporary = tmp_path / "tmp"
+    temporary.mkdir()
+    pages = [render_page(MULTICOLUMN, n, 100) for n in (1, 2, 3)]
+    scan = image_pdf(pages[:2], text_pages={2: MULTICOLUMN})  # page 3: multicolumn's page 1
+    process = OcrCitegate(tmp_path, served_database, {"TMPDIR": str(temporary)})
+    processes.append(process)
+    document = _upload(process.base_url, scan)
+    seen: list[bytes] = []
+
+    def copy_seen(found: dict[str, Any]) -> bool:
+        for path in temporary.glob("citegate-ocr-*.pdf"):
+            with contextlib.suppress(FileNotFoundError):
+                data = path.read_bytes()
+                if found["progress"] and found["progress"]["pages_done"] >= 1:
+                    seen.append(data)  # complete: its pages are being read
+        return bool(found["status"] != "processing")
+
+    done = _wait(process.base_url, document["id"], copy_seen)
+    assert done["status"] == "ready", done
+    assert not list(temporary.glob("citegate-ocr-*"))  # (the fork server keeps its pymp-*)
+    assert seen and all(data == scan for data in seen)
+    listed = httpx.get(f"{process.base_url}/v1/documents/{document['id']}/pages").json()["data"]
+    assert [page["text_source"] for page in listed] == ["ocr", "ocr", "text_layer"]
+    assert all(page["char_count"] > 100 for page in listed), listed
+    assert done["char_count"] == sum(page["char_count"] for page in listed)

@@ -1,16 +1,19 @@
-"""The document service against the real database: one transaction, all or nothing; and a
-document deleted while a question reads it."""
+"""The document service against the real database: one transaction, all or nothing; a
+document deleted while a question reads it; a document's bytes read back into a file a piece at
+a time, exactly."""
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 from sqlalchemy import delete, event
 from sqlalchemy.pool import NullPool
 
+from app.db.blobs import blob_to_file
 from app.db.engine import create_engine, create_session_factory
 from app.db.models import DEFAULT_TENANT_ID, Document
 from app.documents import service
@@ -147,3 +150,42 @@ def test_a_document_deleted_while_a_question_reads_it_is_not_found(
             await engine.dispose()
 
     asyncio.run(ask_while_deleting())
+
+
+def test_a_documents_bytes_are_written_to_a_file_a_piece_at_a_time_exactly(
+    empty_store: None, database_url: str, tmp_path: Path
+) -> None:
+    """What an OCR job gives its workers (and parses once they are done): the stored bytes,
+    read in pieces of any size (one byte short of the whole, the whole, more), never the
+    bytes of another document; no file for a document that has none."""
+    data = (FIXTURES / "amazon_2023_letter.pdf").read_bytes()
+    pieces = [1000, 4096, len(data) - 1, len(data), len(data) + 1]
+
+    async def store_and_read() -> tuple[list[bytes], bool]:
+        engine = create_engine(database_url, poolclass=NullPool)
+        sessions = create_session_factory(engine)
+        try:
+            async with sessions() as session:
+                stored = await service.store_bytes(
+                    session, DEFAULT_TENANT_ID, data, service.DocumentFields(), max_bytes=10**7
+                )
+                other = b"Another document, stored after it."
+                await service.store_bytes(
+                    session, DEFAULT_TENANT_ID, other, service.DocumentFields(), max_bytes=10**7
+                )
+            read = []
+            for piece in pieces:
+                path = tmp_path / f"{piece}.pdf"
+                async with sessions() as session:
+                    assert await blob_to_file(session, stored.document.id, str(path), piece=piece)
+                read.append(path.read_bytes())
+            async with sessions() as session:
+                found = await blob_to_file(session, "doc_missing", str(tmp_path / "missing.pdf"))
+            return read, found
+        finally:
+            await engine.dispose()
+
+    read, found = asyncio.run(store_and_read())
+    assert [len(copy) for copy in read] == [len(data)] * len(pieces)
+    assert all(copy == data for copy in read)
+    assert not found and not (tmp_path / "missing.pdf").exists()

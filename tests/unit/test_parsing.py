@@ -301,3 +301,20 @@ def test_an_html_page_in_no_encoding_is_refused(meta: str) -> None:
     with pytest.raises(InvalidDocument) as error:
         HTML.parse(data)
     assert error.value.code == "text_not_utf8"
+
+
+def test_a_long_pdf_is_read_as_its_pages_are_alone_from_its_bytes_or_its_file() -> None:
+    """PDFium's document is opened again every ``PAGES_OPEN`` pages (it keeps what it read of
+    the pages until it is closed); the text is the same, page for page, read from the bytes or
+    from the file (as an OCR job reads it)."""
+    path = CORPUS / "GeoTopo-komprimiert.pdf"
+    data = path.read_bytes()
+    from_bytes, from_file = extract_pdf_text(data), extract_pdf_text(path)
+    assert from_bytes == from_file
+    assert len(from_bytes.pages) > 2 * pdf.PAGES_OPEN
+    with pypdfium2.PdfDocument(data) as document:
+        for index in (0, pdf.PAGES_OPEN - 1, pdf.PAGES_OPEN, len(document) - 1):
+            page = document[index]
+            assert from_bytes.pages[index] == pdf.read_page(document, page)[1].text, index
+            page.close()
+    assert PDF.parse(path) == PDF.parse(data)

@@ -3,15 +3,17 @@ every offset and box still exact) and filled form values kept, on real sample PD
 
 from __future__ import annotations
 
+import io
 from collections.abc import Iterator
 
+import pypdf
 import pypdfium2 as pdfium
 import pytest
 
 from app.documents.index import DocumentIndex, IndexedChunk, locate
 from app.documents.kinds.pdf import PdfKind
 from app.documents.pages import PdfPages
-from app.documents.pdf import extract_pdf_text, without_hyphenation
+from app.documents.pdf import PAGES_OPEN, extract_pdf_text, without_hyphenation
 from tests.fixture_files import CORPUS
 
 MULTICOLUMN = CORPUS / "multicolumn.pdf"
@@ -119,3 +121,18 @@ def test_filled_form_values_are_part_of_their_page_text(pages: PdfPages) -> None
     box = boxes[0]
     assert box.x0 == pytest.approx(119.549 / width, abs=1e-3)
     assert box.y0 == pytest.approx(1 - 718.138 / height, abs=1e-3)
+
+
+def test_filled_form_values_are_kept_on_a_page_read_after_the_document_is_opened_again() -> None:
+    """Text extraction opens PDFium's document again every ``PAGES_OPEN`` pages (for memory);
+    the form's values on a page past that are still part of its text."""
+    writer = pypdf.PdfWriter(clone_from=FORM)
+    size = writer.pages[0].mediabox
+    for _ in range(PAGES_OPEN + 1):
+        writer.insert_blank_page(size.width, size.height, 0)
+    out = io.BytesIO()
+    writer.write(out)
+    extracted = extract_pdf_text(out.getvalue())
+    assert extracted.parser == "pdfium" and len(extracted.pages) == PAGES_OPEN + 2
+    assert extracted.pages[-1].endswith("Other\r\nAlice\r\nBob"), extracted.pages[-1]
+    assert extracted.pages[-1] == extract_pdf_text(FORM.read_bytes()).pages[0]

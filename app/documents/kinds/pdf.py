@@ -8,6 +8,7 @@ from __future__ import annotations
 import base64
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, ClassVar
 
 from app.documents.chunking import split_sentences
@@ -53,8 +54,11 @@ class PdfKind(DocumentKind):
     def estimated_tokens(self, char_count: int, page_count: int | None) -> int:
         return char_count // 4 + (page_count or 0) * self.IMAGE_TOKENS_PER_PAGE
 
-    def parse(self, data: bytes, options: ParseOptions = DEFAULT_PARSE_OPTIONS) -> ParsedDocument:
-        """The pages' text layers; a page whose layer is garbage is left without text."""
+    def parse(
+        self, data: bytes | Path, options: ParseOptions = DEFAULT_PARSE_OPTIONS
+    ) -> ParsedDocument:
+        """The pages' text layers; a page whose layer is garbage is left without text. ``data``
+        may be the path of a file holding the PDF: its bytes are then not all in memory."""
         try:
             extracted = extract_pdf_text(data)
         except PdfError as exc:
