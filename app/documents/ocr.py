@@ -15,6 +15,8 @@ This module imports nothing of the service, so a worker process starts light.
 from __future__ import annotations
 
 import asyncio
+import ctypes
+import ctypes.util
 import logging
 import multiprocessing
 import os
@@ -29,7 +31,7 @@ from typing import TYPE_CHECKING
 import pypdfium2 as pdfium
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from collections.abc import Callable, Iterator
 
     import numpy as np
     import numpy.typing as npt
@@ -173,7 +175,29 @@ def render(path: str, number: int, dpi: int = DPI) -> Image.Image:
 
 def read_page(path: str, number: int, languages: str, dpi: int = DPI) -> OcrPage:
     """Read page ``number`` of the PDF at ``path`` (in a worker process)."""
-    return read_picture(render(path, number, dpi), number, parse_languages(languages), dpi)
+    picture = render(path, number, dpi)
+    give_back_freed_memory()
+    return read_picture(picture, number, parse_languages(languages), dpi)
+
+
+def _malloc_trim() -> Callable[[int], int] | None:
+    """glibc's ``malloc_trim``, or None where the C library has none (musl, macOS)."""
+    try:
+        trim: Callable[[int], int] = ctypes.CDLL(ctypes.util.find_library("c")).malloc_trim
+    except (OSError, AttributeError, TypeError):
+        return None
+    return trim
+
+
+_MALLOC_TRIM = _malloc_trim()
+
+
+def give_back_freed_memory() -> None:
+    """Return to the system what the process freed: glibc keeps the memory of a page's render
+    (PDFium decoding the scan's picture) for reuse, so a worker stayed at its render's peak all
+    the while Tesseract, a process of its own, read the page (docs/PERFORMANCE.md)."""
+    if _MALLOC_TRIM is not None:
+        _MALLOC_TRIM(0)
 
 
 def read_picture(

@@ -1,10 +1,12 @@
 """The OCR workers read pages on the CPU the service leaves: they and the Tesseract processes they
-start run under Linux's SCHED_IDLE, so a request of the service is never queued behind OCR."""
+start run under Linux's SCHED_IDLE, so a request of the service is never queued behind OCR; and
+a worker gives back the memory a page's render freed before Tesseract reads the page."""
 
 from __future__ import annotations
 
 import asyncio
 import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -75,3 +77,33 @@ async def test_workers_and_their_tesseract_run_under_sched_idle(tmp_path: Path) 
     python = {name: found for name, found in seen.items() if name.startswith("python")}
     assert any(os.SCHED_IDLE in found for found in python.values()), seen
     assert os.sched_getscheduler(0) == os.SCHED_OTHER  # the service's own process is untouched
+
+
+RENDERS = """
+import sys
+from app.documents.ocr import give_back_freed_memory, render
+
+def resident() -> int:
+    with open("/proc/self/status") as status:
+        line = next(line for line in status if line.startswith("VmRSS:"))
+    return int(line.split()[1]) // 1024
+
+for number in (1, 2, 3):
+    picture = render(sys.argv[1], number)
+kept = resident()
+give_back_freed_memory()
+print(kept, resident())
+"""
+
+
+def test_a_worker_gives_back_what_its_renders_freed(tmp_path: Path) -> None:
+    # glibc keeps what a render freed (PDFium's decoded scan) for reuse: without the trim, a
+    # worker stays at its render's peak while Tesseract, another process, reads the page.
+    page = render_page((FIXTURES / "multicolumn.pdf").read_bytes(), 1)
+    scan = tmp_path / "scan.pdf"
+    scan.write_bytes(image_pdf([page, page, page]))
+    done = subprocess.run(
+        [sys.executable, "-c", RENDERS, str(scan)], capture_output=True, text=True, check=True
+    )
+    kept, after = (int(value) for value in done.stdout.split())
+    assert kept - after >= 20, (kept, after)  # MiB given back
