@@ -7,11 +7,12 @@ no slow hash: SHA-256 is enough, and lookups stay one indexed query.
 Keys are checked where they are changed. Every change of a key (made, disabled, revoked,
 rotated, its scopes) bumps ``auth_version`` in the change's own transaction, whichever process
 or command makes it. A process remembers what it read about a key together with the version
-it read it at, and on each request reads the version again (one indexed row, one read shared by
-the requests that arrive while it runs): an entry of an older version is read again. So a
-changed key is seen on the very next request by every process, and an unchanged one costs
-one small read. Expiry and a rotation's grace period are times kept with the entry, compared
-with the clock on each request: they need no change to be published.
+it read it at, and on each request reads the version again (one indexed row: on SQLite read at
+once, elsewhere one read shared by the requests that arrive while it runs): an entry of an
+older version is read again. So a changed key is seen on the very next request by every
+process, and an unchanged one costs one small read. Expiry and a rotation's grace period are
+times kept with the entry, compared with the clock on each request: they need no change to be
+published.
 """
 
 from __future__ import annotations
@@ -268,8 +269,12 @@ class KeyCache:
 
     async def current_version(self) -> int:
         """The version in the database as it is now: read by a query that began after this
-        call did. Requests arriving together share reads: the one under way when none was,
-        or else the next one, which begins when the one under way ends."""
+        call did. On SQLite it is read at once; elsewhere requests arriving together share
+        reads: the one under way when none was, or else the next one, which begins when the
+        one under way ends."""
+        assert self._version_reader is not None, "KeyCache.bind(engine) before use"
+        if (version := self._version_reader.read_now()) is not None:
+            return version
         if self._reading is None:
             reading = self._reading = asyncio.ensure_future(self._read_version())
             reading.add_done_callback(self._read_ended)

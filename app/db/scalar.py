@@ -8,9 +8,10 @@ request. The driver alone costs a small part of that:
   through asyncpg's public API (the connection arguments are the engine's own, from its
   dialect). One read at a time (a lock): the reader's callers share reads anyway.
 - SQLite: the standard library's ``sqlite3`` on a connection of its own, in the event loop's
-  thread, with no busy wait (``timeout=0``). In WAL mode (which the engine sets) a reader
-  never waits for a writer, and one row of a page in the cache is read in microseconds; a
-  database file that is busy for it (a checkpoint, or not in WAL mode) raises at once.
+  thread, with no busy wait (``timeout=0``), and without awaiting (``read_now``). In WAL mode
+  (which the engine sets) a reader never waits for a writer, and one row of a page in the
+  cache is read in microseconds; a database file that is busy for it (a checkpoint, or not in
+  WAL mode) raises at once.
 
 Whenever the direct way fails (the connection dropped, the database busy, a driver this
 module does not know, SQLite in memory), the read goes through the engine as any query does,
@@ -58,19 +59,39 @@ class ScalarReader:
         self._sqlite: sqlite3.Connection | None = None
         self._retry_at = 0.0
 
-    async def read(self) -> int:
+    def read_now(self) -> int | None:
+        """The value read without waiting where the direct way is a local file (SQLite): the
+        read is microseconds, and awaiting it (a task a request) cost more than the read.
+        None where it must be awaited (``read``) or failed (``read`` says why)."""
+        if self._driver != "aiosqlite":
+            return None
         now = asyncio.get_running_loop().time()
-        if now >= self._retry_at:
+        if now < self._retry_at:
+            return None
+        try:
+            return self._read_sqlite()
+        except Exception as error:  # the engine's read says what is wrong, if anything
+            self._failed(error, now)
+            return None
+
+    async def read(self) -> int:
+        if (value := self.read_now()) is not None:
+            return value
+        now = asyncio.get_running_loop().time()
+        if self._driver == "asyncpg" and now >= self._retry_at:
             try:
-                if self._driver == "asyncpg":
-                    return await self._read_asyncpg()
-                if self._driver == "aiosqlite" and (value := self._read_sqlite()) is not None:
-                    return value
+                return await self._read_asyncpg()
             except Exception as error:  # the engine's read says what is wrong, if anything
-                log.debug("direct read failed (%s); through the engine", type(error).__name__)
-                self._retry_at = now + RETRY_SECONDS
+                self._failed(error, now)
                 await self.aclose()
         return await self._read_engine()
+
+    def _failed(self, error: Exception, now: float) -> None:
+        log.debug("direct read failed (%s); through the engine", type(error).__name__)
+        self._retry_at = now + RETRY_SECONDS
+        lite, self._sqlite = self._sqlite, None
+        if lite is not None:
+            lite.close()
 
     async def _read_engine(self) -> int:
         async with self._engine.connect() as connection:

@@ -67,3 +67,27 @@ def test_reads_what_the_engine_reads_and_survives_a_lost_connection(
             await engine.dispose()
 
     asyncio.run(run())
+
+
+def test_on_sqlite_the_value_is_read_at_once_elsewhere_it_is_awaited(
+    client: Any, database_url: str
+) -> None:
+    async def run() -> None:
+        engine = create_engine(database_url)
+        reader = ScalarReader(engine, sql_of(_VERSION), _VERSION, name=NAME)
+        sessions = create_session_factory(engine)
+        try:
+            first = await reader.read()
+            if engine.dialect.name != "sqlite":
+                assert reader.read_now() is None  # a server's answer is awaited
+                return
+            assert reader.read_now() == first
+            async with sessions() as session:
+                await bump_version(session)
+                await session.commit()
+            assert reader.read_now() == first + 1  # a change another connection committed
+        finally:
+            await reader.aclose()
+            await engine.dispose()
+
+    asyncio.run(run())
