@@ -253,10 +253,11 @@ class KeyCache:
         self._clock = clock
         self._known: LRUCache[str, _Known] = LRUCache(size)
         self._any_key: tuple[int, bool] | None = None
-        # The read of the version under way, and the one that follows it, which the requests
-        # that arrive while the first runs wait for.
-        self._reading: asyncio.Future[int] | None = None
+        # Whether a read of the version is under way; the one that follows it, which the
+        # requests that arrive while the first runs wait for; the task that makes that one.
+        self._reading = False
         self._next: asyncio.Future[int] | None = None
+        self._following: asyncio.Task[int] | None = None
 
     def bind(self, engine: AsyncEngine) -> None:
         """Read the version from this engine's database (``app.db.scalar``: directly, not
@@ -269,31 +270,33 @@ class KeyCache:
 
     async def current_version(self) -> int:
         """The version in the database as it is now: read by a query that began after this
-        call did. On SQLite it is read at once; elsewhere requests arriving together share
-        reads: the one under way when none was, or else the next one, which begins when the
-        one under way ends."""
-        assert self._version_reader is not None, "KeyCache.bind(engine) before use"
-        if (version := self._version_reader.read_now()) is not None:
+        call did. On SQLite it is read at once. Elsewhere a request that finds no read under
+        way reads it itself; those that arrive while a read runs share the next one, which
+        begins when that read ends (a task, made only then: a task a request cost more CPU
+        than the read)."""
+        reader = self._version_reader
+        assert reader is not None, "KeyCache.bind(engine) before use"
+        if (version := reader.read_now()) is not None:
             return version
-        if self._reading is None:
-            reading = self._reading = asyncio.ensure_future(self._read_version())
-            reading.add_done_callback(self._read_ended)
-            return await asyncio.shield(reading)
-        if self._next is None:
-            self._next = asyncio.get_running_loop().create_future()
-        return await asyncio.shield(self._next)
+        if self._reading:
+            if self._next is None:
+                self._next = asyncio.get_running_loop().create_future()
+            return await asyncio.shield(self._next)  # a waiter cancelled cancels no read
+        self._reading = True
+        try:
+            return await reader.read()
+        finally:
+            self._read_ended()
 
-    def _read_ended(self, _: asyncio.Future[int]) -> None:
-        self._reading = None
-        following, self._next = self._next, None
-        if following is not None:
-            reading = self._reading = asyncio.ensure_future(self._read_version())
-            reading.add_done_callback(self._read_ended)
-            reading.add_done_callback(lambda done: _settle(following, done))
-
-    async def _read_version(self) -> int:
-        assert self._version_reader is not None, "KeyCache.bind(engine) before use"
-        return await self._version_reader.read()
+    def _read_ended(self, _: object = None) -> None:
+        self._reading, self._following = False, None
+        waiting, self._next = self._next, None
+        if waiting is not None:
+            assert self._version_reader is not None
+            self._reading = True
+            following = self._following = asyncio.ensure_future(self._version_reader.read())
+            following.add_done_callback(lambda done: _settle(waiting, done))
+            following.add_done_callback(self._read_ended)
 
     async def any_key_exists(self, sessions: Sessions, version: int) -> bool:
         known = self._any_key
