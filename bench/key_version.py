@@ -8,22 +8,25 @@ with its sharing (a task, shielded), which every request now pays.
     .venv/bin/python bench/key_version.py [--database-url URL] [--reads 2000]
 
 CPU time of the process (``time.process_time``) over ``--reads`` reads, after 50 to warm up;
-a new SQLite file by default, migrated. On PostgreSQL the server's own work is not counted
-(bench/overhead.py counts the backends').
+a new SQLite file by default, migrated. On PostgreSQL, the CPU of the server's backend that
+answers the direct reads too (read from /proc: the server on this machine).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import tempfile
 import time
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 
 from harness import make_database
-from sqlalchemy.ext.asyncio import async_sessionmaker
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker
 
-from app.auth.keys import _VERSION, KeyCache, authenticate, create_key, hash_key
+from app.auth.keys import _VERSION, VERSION_READER, KeyCache, authenticate, create_key, hash_key
 from app.db.engine import create_engine
 from app.db.migrations import upgrade_to_head
 from app.db.scalar import ScalarReader, sql_of
@@ -36,6 +39,27 @@ async def cpu_per_read(read: Callable[[], Awaitable[int]], reads: int) -> float:
     for _ in range(reads):
         await read()
     return (time.process_time() - started) / reads
+
+
+def cpu_seconds(pid: int) -> float:
+    """User and system CPU of a process of this machine (a PostgreSQL backend)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+async def backend_of(engine: AsyncEngine, name: str) -> int | None:
+    """The pid of the PostgreSQL backend of the connection named ``name``; None on SQLite."""
+    if engine.dialect.name != "postgresql":
+        return None
+    async with engine.connect() as connection:
+        pid: int | None = await connection.scalar(
+            text(
+                "SELECT pid FROM pg_stat_activity WHERE application_name = :name "
+                "AND datname = current_database()"
+            ),
+            {"name": name},
+        )
+    return pid
 
 
 async def measure(url: str, reads: int) -> None:
@@ -67,7 +91,16 @@ async def measure(url: str, reads: int) -> None:
             ("key check now", key_check),
             ("key check before", key_check_before),
         ):
-            print(f"{name:20} {await cpu_per_read(read, reads) * 1e6:8.1f} us CPU per call")
+            await read()  # the direct connections made before their backends are looked for
+            names = {"directly": "citegate-bench", "key check now": VERSION_READER}
+            backend = await backend_of(engine, names.get(name, "-"))
+            backend_before = cpu_seconds(backend) if backend else 0.0
+            own = await cpu_per_read(read, reads)
+            line = f"{name:20} {own * 1e6:8.1f} us CPU per call"
+            if backend:
+                server = (cpu_seconds(backend) - backend_before) / (reads + 50)
+                line += f", + {server * 1e6:.1f} us of its PostgreSQL backend"
+            print(line)
     finally:
         await reader.aclose()
         await cache.aclose()
