@@ -184,11 +184,20 @@ def key_fields(row: ApiKey) -> dict[str, object]:
 _keys = ApiKey.__table__.c
 _tenants = Tenant.__table__.c
 _ANY_KEY = select(_keys.id).limit(1)
-# With the budgets of the key and of its tenant: a change of the tenant's bumps the version too.
+# A key's row with its tenant's, and the budgets of both: a change of the tenant's bumps the
+# version too.
+_KEY_AND_TENANT = ApiKey.__table__.join(Tenant.__table__, _keys.tenant_id == _tenants.id)
+_BUDGETS = (
+    _keys.id,
+    _keys.tenant_id,
+    _keys.budget_nano_usd,
+    _keys.budget_period,
+    _tenants.budget_nano_usd.label("tenant_budget_nano_usd"),
+    _tenants.budget_period.label("tenant_budget_period"),
+)
 _KEY_BY_HASH = (
     select(
-        _keys.tenant_id,
-        _keys.id,
+        *_BUDGETS,
         _keys.key_hash,
         _keys.previous_hash,
         _keys.previous_until,
@@ -196,26 +205,11 @@ _KEY_BY_HASH = (
         _keys.status,
         _keys.expires_at,
         _keys.scopes,
-        _keys.budget_nano_usd,
-        _keys.budget_period,
-        _tenants.budget_nano_usd.label("tenant_budget_nano_usd"),
-        _tenants.budget_period.label("tenant_budget_period"),
     )
-    .join_from(ApiKey.__table__, Tenant.__table__, _keys.tenant_id == _tenants.id)
+    .select_from(_KEY_AND_TENANT)
     .where(or_(_keys.key_hash == bindparam("digest"), _keys.previous_hash == bindparam("digest")))
 )
-_KEY_BUDGETS = (
-    select(
-        _keys.id,
-        _keys.tenant_id,
-        _keys.budget_nano_usd,
-        _keys.budget_period,
-        _tenants.budget_nano_usd.label("tenant_budget_nano_usd"),
-        _tenants.budget_period.label("tenant_budget_period"),
-    )
-    .join_from(ApiKey.__table__, Tenant.__table__, _keys.tenant_id == _tenants.id)
-    .where(_keys.id == bindparam("key_id"))
-)
+_KEY_BUDGETS = select(*_BUDGETS).select_from(_KEY_AND_TENANT).where(_keys.id == bindparam("key_id"))
 # The application_name of each process's connection that reads the version (PostgreSQL).
 VERSION_READER = "citegate-key-version"
 _VERSION = select(AuthVersion.__table__.c.version).where(AuthVersion.__table__.c.id == 1)

@@ -442,8 +442,7 @@ class OcrPool:
     replaced after N pages (``max_tasks_per_child``): on Python 3.11 the pool then stops
     taking work once a worker has left (CPython gh-115634; 100 pages hung after the first 20).
     A worker's memory does not grow with the pages it reads (the PDF is opened for each page:
-    see ``render``): 99 MiB at its peak over 50 pages of an 85 MB scan, against 133 MiB when
-    it kept the PDF open (docs/PERFORMANCE.md)."""
+    see ``render``; docs/PERFORMANCE.md)."""
 
     def __init__(self, workers: int) -> None:
         self._workers = max(1, workers)

@@ -151,8 +151,8 @@ class OcrJobs:
     async def _read_document(self, document_id: str) -> None:
         # The PDF goes from the database to a file a piece at a time, and the service holds
         # none of its bytes while its pages are read, nor when the document is made whole
-        # (parsed from the file): read whole, an 85 MB scan cost twice its size at once, then
-        # was held for the job's length (docs/PERFORMANCE.md, "The OCR job's memory").
+        # (parsed from the file): read whole, a scan cost twice its size at once, then was
+        # held for the job's length (docs/PERFORMANCE.md, "The OCR job's memory").
         async with pdf_file() as path:
             async with self._sessions() as session:
                 job = await session.get(OcrJob, document_id)

@@ -35,8 +35,8 @@ _SCAN_MAX_CHARS = 32
 _SCAN_MIN_IMAGE_COVERAGE = 0.8
 
 # PDFium keeps what it parsed of a document's pages (a scan's images among it) until the
-# document is closed, not the page: an 85 MB scan of 100 pages held 80 MB more by its last
-# page. The document is closed and opened again (its cross-reference table read again) every
+# document is closed, not the page: a long scan's parse grew page by page to nearly its own
+# size again. The document is closed and opened again (its cross-reference table read again) every
 # PAGES_OPEN pages (docs/PERFORMANCE.md, "The OCR job's memory").
 PAGES_OPEN = 10
 
