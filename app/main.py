@@ -6,7 +6,6 @@ import asyncio
 import contextlib
 import gc
 import logging
-import os
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 
@@ -39,7 +38,7 @@ from app.compat.openai import errors as openai_errors
 from app.db.engine import RowInserter, RowUpdater, create_engine, create_session_factory
 from app.db.models import Answer
 from app.db.unavailable import FAILURES, database_unavailable
-from app.documents.ocr import OcrPool
+from app.documents.ocr import OcrPool, ocr_workers
 from app.documents.ocr_jobs import OcrJobs
 from app.documents.pages import PdfPages
 from app.documents.sources import SourceCache
@@ -120,7 +119,7 @@ def create_app(settings: Settings | None = None, *, own_process: bool = False) -
             app.state.ocr_pool,
             lease_seconds=settings.ocr_lease_seconds,
             poll_seconds=settings.ocr_poll_seconds,
-            max_jobs=settings.ocr_workers or os.cpu_count() or 1,
+            max_jobs=ocr_workers(settings.ocr_workers),
         )
         ocr_reader = None
         if settings.ocr != "off":  # a process with OCR off reads no page, not even another's
@@ -173,7 +172,7 @@ def create_app(settings: Settings | None = None, *, own_process: bool = False) -
     app.state.key_cache = keys.KeyCache()
     app.state.prices = load_prices(settings.prices_file)  # a bad table stops the start
     app.state.pdf_pages = PdfPages()
-    app.state.ocr_pool = OcrPool(settings.ocr_workers or os.cpu_count() or 1)
+    app.state.ocr_pool = OcrPool(ocr_workers(settings.ocr_workers))
     app.state.source_cache = SourceCache(settings.source_cache_chars, settings.recheck_seconds)
     rendering = ErrorRendering(
         {

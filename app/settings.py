@@ -276,7 +276,8 @@ class Settings(BaseSettings):
         default=0,
         ge=0,
         description="Worker processes reading pages by OCR, one page each at a time; 0: one "
-        "per CPU core.",
+        "per CPU core but one (at least one), the core left being the service's and its "
+        "database's.",
     )
     ocr_lease_seconds: float = Field(
         default=60.0,

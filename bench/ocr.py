@@ -65,12 +65,14 @@ def per_page(
 ) -> tuple[float, float, dict[str, float]]:
     """Seconds a page (rendering excluded), CPU seconds a page (this process's and Tesseract's:
     what a loaded machine inflates less) and the CER of each PDF's pages and of all ("all"),
-    read in this process."""
+    read in this process. A PDF's pages after its first are read with its page before's
+    languages as the hint, as the service's job reads a document's pages."""
     os.environ["OMP_THREAD_LIMIT"] = "1"
     languages = parse_languages(Settings().ocr_languages)
     seconds, cpu = 0.0, 0.0
     errors: dict[str, float] = {}
     lengths: dict[str, int] = {}
+    hints: dict[str, list[str]] = {}
     for name, number in pages:
         data = (CORPUS / name).read_bytes()
         picture = render_page(data, number, dpi)
@@ -81,7 +83,8 @@ def per_page(
                 size = document[number - 1].get_size()
             picture = render_page(image_pdf([picture], sizes=[size]), 1, 300)
         started, started_cpu = time.perf_counter(), cpu_now()
-        page = read_picture(picture, number, languages)
+        page = read_picture(picture, number, languages, hint=hints.get(name))
+        hints[name] = page.languages.split("+")
         seconds += time.perf_counter() - started
         cpu += cpu_now() - started_cpu
         expected = truth(name, number)

@@ -8,11 +8,15 @@ from __future__ import annotations
 import ctypes
 import io
 import random
+import textwrap
 from collections.abc import Sequence
+from pathlib import Path
 
 import pypdfium2 as pdfium
 import pypdfium2.raw as pdfium_c
-from PIL import Image, ImageFilter
+from PIL import Image, ImageDraw, ImageFilter, ImageFont
+
+SERIF = Path("/usr/share/fonts/truetype/dejavu/DejaVuSerif.ttf")
 
 
 def render_page(data: bytes, number: int, dpi: int = 300) -> Image.Image:
@@ -23,6 +27,17 @@ def render_page(data: bytes, number: int, dpi: int = 300) -> Image.Image:
         picture: Image.Image = bitmap.to_pil().convert("L")
         bitmap.close()
         return picture
+
+
+def typed_page(words: str) -> Image.Image:
+    """``words`` typed in DejaVu Serif on an A4 page at 300 dpi (a scan of a typed letter);
+    the caller skips when SERIF is not installed."""
+    font = ImageFont.truetype(str(SERIF), 42)
+    picture = Image.new("L", (2480, 3508), 255)
+    draw = ImageDraw.Draw(picture)
+    for index, line in enumerate(textwrap.wrap(words, 60)):
+        draw.text((200, 300 + index * 70), line, font=font, fill=0)
+    return picture
 
 
 def noisy(picture: Image.Image, seed: int = 7, amount: float = 0.04) -> Image.Image:

@@ -22,8 +22,10 @@ import multiprocessing
 import os
 import re
 import sys
+import tempfile
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
+from contextlib import contextmanager
 from dataclasses import dataclass
 from importlib.machinery import ModuleSpec
 from typing import TYPE_CHECKING
@@ -173,11 +175,16 @@ def render(path: str, number: int, dpi: int = DPI) -> Image.Image:
     return picture
 
 
-def read_page(path: str, number: int, languages: str, dpi: int = DPI) -> OcrPage:
-    """Read page ``number`` of the PDF at ``path`` (in a worker process)."""
+def read_page(
+    path: str, number: int, languages: str, hint: str | None = None, dpi: int = DPI
+) -> OcrPage:
+    """Read page ``number`` of the PDF at ``path`` (in a worker process); ``hint``: the
+    languages the page before it was read in (see ``read_picture``)."""
     picture = render(path, number, dpi)
     give_back_freed_memory()
-    return read_picture(picture, number, parse_languages(languages), dpi)
+    return read_picture(
+        picture, number, parse_languages(languages), dpi, parse_languages(hint) if hint else None
+    )
 
 
 def _malloc_trim() -> Callable[[int], int] | None:
@@ -201,33 +208,96 @@ def give_back_freed_memory() -> None:
 
 
 def read_picture(
-    picture: Image.Image, number: int, configured: list[str], dpi: int = DPI
+    picture: Image.Image,
+    number: int,
+    configured: list[str],
+    dpi: int = DPI,
+    hint: list[str] | None = None,
 ) -> OcrPage:
-    """Read a page's picture (``dpi`` dots an inch): cleaned of salt-and-pepper noise when it
-    has some, turned upright by OSD, then read in its script's languages: a Latin page in
-    English (or the first configured) alone, and again with another configured language when
-    its words are that language's. Tesseract is told the resolution: a picture carries none,
-    and Tesseract's guess from the text's height reads small print worse."""
+    """Read a page's picture (``dpi`` dots an inch), cleaned of salt-and-pepper noise when it
+    has some.
+
+    A page is first read as it is, without OSD, in the languages of the page before it
+    (``hint``: a document is mostly in one language), or in English (or the first configured
+    Latin language) when there is no page before. When Tesseract is sure of what it read, the
+    page was upright and of the Latin script: OSD, a third of a page's time, is not asked
+    (docs/PERFORMANCE.md). Otherwise, or when the page before was of another script, OSD says
+    how the page is turned and its script, and the page is read upright in that script's
+    languages: a Latin page in English alone first. Either way, a Latin page whose words are
+    those of another configured language is read again with it. Tesseract is told the
+    resolution: a picture carries none, and Tesseract's guess from the text's height reads
+    small print worse."""
     cleaned = despeckled(picture)
+    whole = cleaned is not picture
+    del picture  # the page as rendered goes as soon as it is not the one read
+    latin = [code for code in configured if code in _SCRIPT_LANGUAGES["Latin"]]
+    guess = _guess(latin, hint)
+    tried = None
+    if guess is not None:
+        tried = _recognised(cleaned, number, guess, 0, dpi)
+        if _sure(tried):
+            return _in_its_language(cleaned, tried, latin, 0, dpi)
     # OSD on a cleaned scan's half-size picture is unsure and wrong (a LaTeX page at 150 dpi
     # "Cyrillic" at confidence 3.3): such a page is shown to OSD whole.
-    rotation, script = _orientation(cleaned, dpi, whole=cleaned is not picture)
-    picture = cleaned
+    rotation, script = _orientation(cleaned, dpi, whole=whole)
+    upright = cleaned.rotate(-rotation, expand=True) if rotation else cleaned
     del cleaned
-    upright = picture.rotate(-rotation, expand=True) if rotation else picture
-    del picture  # the page as rendered goes as soon as it is not the one read
     candidates = languages_for(script, configured)
     # Each language more makes Tesseract slower and larger (docs/PERFORMANCE.md): a page of a
     # script with several is read in one first, and again with the language its words are in
     # when that is another.
     first = first_language(candidates)
+    languages = candidates if first is None else [first]
+    if tried is not None and rotation == 0 and tried.languages == "+".join(languages):
+        page = tried  # what OSD says was read already
+    else:
+        page = _recognised(upright, number, languages, rotation, dpi)
     if first is None:
-        return _recognised(upright, number, candidates, rotation, dpi)
-    page = _recognised(upright, number, [first], rotation, dpi)
-    told = told_language(page.text, candidates, first)
-    if told is None:
         return page
-    return _recognised(upright, number, [told, first], rotation, dpi)
+    return _in_its_language(upright, page, candidates, rotation, dpi)
+
+
+# A page read without OSD is taken as upright and of the Latin script when Tesseract's mean
+# confidence in its words is at least this, over at least _SURE_WORDS words: the bench's upright
+# pages read far above it, the same pages turned 90 or 180 degrees far below (docs/PERFORMANCE.md).
+_SURE_CONFIDENCE = 0.6
+_SURE_WORDS = 10
+
+
+def _guess(latin: list[str], hint: list[str] | None) -> list[str] | None:
+    """The languages to read a page in before asking OSD: those of the page before when they
+    are all configured Latin languages, English (or the first Latin language) when there was
+    no page before; None (OSD first) when the page before was of another script, or no Latin
+    language is configured."""
+    if hint is not None:
+        return hint if all(code in latin for code in hint) else None
+    if not latin:
+        return None
+    first = first_language(latin)
+    return latin if first is None else [first]
+
+
+def _sure(page: OcrPage) -> bool:
+    return (
+        page.confidence is not None
+        and page.confidence >= _SURE_CONFIDENCE
+        and len(page.words) >= _SURE_WORDS
+    )
+
+
+def _in_its_language(
+    upright: Image.Image, page: OcrPage, candidates: list[str], rotation: int, dpi: int
+) -> OcrPage:
+    """``page`` read again with the candidate language its words are in, when that is not
+    one it was read in; else ``page``."""
+    first = first_language(candidates)
+    if first is None:
+        return page
+    read_in = page.languages.split("+")
+    told = told_language(page.text, candidates, read_in[0])
+    if told is None or told in read_in:
+        return page
+    return _recognised(upright, page.number, [told, first], rotation, dpi)
 
 
 def _recognised(
@@ -238,17 +308,29 @@ def _recognised(
 
     lang = "+".join(languages)
     try:
-        data = pytesseract.image_to_data(
-            upright,
-            lang=lang,
-            config=f"--psm 3 --dpi {dpi} -c tessedit_do_invert=0",
-            output_type=pytesseract.Output.DICT,
-        )
+        with _picture_file(upright) as path:
+            data = pytesseract.image_to_data(
+                path,
+                lang=lang,
+                config=f"--psm 3 --dpi {dpi} -c tessedit_do_invert=0",
+                output_type=pytesseract.Output.DICT,
+            )
     except pytesseract.TesseractNotFoundError as exc:
         raise OcrError("Tesseract is not installed (apt-get install tesseract-ocr).") from exc
     except pytesseract.TesseractError as exc:
         raise OcrError(f"Tesseract failed on page {number}: {exc.message}") from exc
     return _page(number, data, upright.size, rotation, lang)
+
+
+@contextmanager
+def _picture_file(picture: Image.Image) -> Iterator[str]:
+    """The picture as an uncompressed PGM file, for Tesseract to read: given a picture,
+    pytesseract writes a PNG for each call, whose compression cost a tenth of a page's CPU
+    (docs/PERFORMANCE.md)."""
+    with tempfile.NamedTemporaryFile(prefix="citegate-ocr-", suffix=".pgm") as file:
+        picture.save(file, format="PPM")
+        file.flush()
+        yield file.name
 
 
 def _orientation(picture: Image.Image, dpi: int, *, whole: bool = False) -> tuple[int, str | None]:
@@ -270,9 +352,10 @@ def _osd(picture: Image.Image, dpi: int) -> dict[str, object] | None:
     import pytesseract
 
     try:
-        osd: dict[str, object] = pytesseract.image_to_osd(
-            picture, config=f"--psm 0 --dpi {dpi}", output_type=pytesseract.Output.DICT
-        )
+        with _picture_file(picture) as path:
+            osd: dict[str, object] = pytesseract.image_to_osd(
+                path, config=f"--psm 0 --dpi {dpi}", output_type=pytesseract.Output.DICT
+            )
     except pytesseract.TesseractNotFoundError as exc:
         raise OcrError("Tesseract is not installed (apt-get install tesseract-ocr).") from exc
     except pytesseract.TesseractError:
@@ -413,6 +496,22 @@ def _back(point: tuple[float, float], rotation: int) -> tuple[float, float]:
     return x, y
 
 
+def ocr_workers(configured: int) -> int:
+    """How many worker processes read pages: ``configured``, or when 0 one for each CPU core
+    this process may run on but one, and at least one. The core left over is for the service
+    and its database: SCHED_IDLE yields the CPU only to the processes of the workers' own
+    scheduling group (their session's autogroup, or their container's cgroup), and a database
+    in another group competes with them as an equal, waiting up to a scheduler tick for a
+    core Tesseract holds (docs/PERFORMANCE.md, "OCR beside PostgreSQL")."""
+    if configured:
+        return configured
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        cores = os.cpu_count() or 1
+    return max(1, cores - 1)
+
+
 def run_below_service() -> None:
     """Make this process (an OCR worker) and the Tesseract processes it starts run only on the
     CPU the service leaves: Linux's SCHED_IDLE, which any runnable process of the service
@@ -463,10 +562,20 @@ class OcrPool:
             )
         return self._executor
 
-    async def read(self, path: str, number: int, languages: str) -> OcrPage:
+    @property
+    def workers(self) -> int:
+        return self._workers
+
+    async def read(
+        self, path: str, number: int, languages: str, hint: str | None = None
+    ) -> OcrPage:
+        """Page ``number`` of the PDF at ``path`` read in a worker (``hint``: see
+        ``read_picture``)."""
         loop = asyncio.get_running_loop()
         try:
-            return await loop.run_in_executor(self._pool(), read_page, path, number, languages)
+            return await loop.run_in_executor(
+                self._pool(), read_page, path, number, languages, hint
+            )
         except BrokenProcessPool as exc:
             self._executor = None  # a worker died (killed, out of memory): start afresh
             raise OcrError(f"The OCR worker reading page {number} died.") from exc

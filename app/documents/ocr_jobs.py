@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import logging
 import secrets
 import time
@@ -200,16 +201,28 @@ class OcrJobs:
     async def _read_pages(
         self, document_id: str, path: str, pending: Sequence[int], languages: str
     ) -> None:
-        reads = [
-            asyncio.ensure_future(self._pool.read(path, number, languages)) for number in pending
-        ]
+        """The pending pages read as many at a time as the pool has workers, in order, each
+        stored as soon as it is read; a page is read first in the languages the last page
+        read was found in (``read_picture``: most documents are in one language)."""
+        waiting = iter(pending)
+        reading: dict[asyncio.Future[OcrPage], str | None] = {}  # each read with its hint
+        hint: str | None = None
         try:
-            for finished in asyncio.as_completed(reads):
-                await self._store_page(document_id, await finished)
+            while True:
+                for number in itertools.islice(waiting, self._pool.workers - len(reading)):
+                    read = self._pool.read(path, number, languages, hint)
+                    reading[asyncio.ensure_future(read)] = hint
+                if not reading:
+                    return
+                done, _ = await asyncio.wait(reading, return_when=asyncio.FIRST_COMPLETED)
+                for finished in done:
+                    page = finished.result()
+                    await self._store_page(document_id, page, reading.pop(finished))
+                    hint = page.languages
         finally:
-            for read in reads:
-                read.cancel()
-            await asyncio.gather(*reads, return_exceptions=True)
+            for future in reading:
+                future.cancel()
+            await asyncio.gather(*reading, return_exceptions=True)
 
     async def _renew(self, session: AsyncSession, document_id: str) -> None:
         renewed = await session.execute(
@@ -221,9 +234,9 @@ class OcrJobs:
             await session.rollback()
             raise LeaseLost(document_id)
 
-    async def _store_page(self, document_id: str, page: OcrPage) -> None:
+    async def _store_page(self, document_id: str, page: OcrPage, hint: str | None) -> None:
         """One page's reading, with the lease renewed, in one transaction (a page stored once
-        is never stored, nor read, again)."""
+        is never stored, nor read, again); ``hint``: the languages it was read in first."""
         async with self._sessions() as session:
             await self._renew(session, document_id)
             row = await session.get(DocumentPageRow, (document_id, page.number))
@@ -244,12 +257,13 @@ class OcrJobs:
             )
             await session.commit()
         log.info(
-            "OCR of document %s: page %d stored by %s (%s, rotation %d)",
+            "OCR of document %s: page %d stored by %s (%s, rotation %d; hint %s)",
             document_id,
             page.number,
             self.owner,
             page.languages,
             page.rotation,
+            hint or "-",
         )
 
     async def _finish(self, document_id: str, path: str) -> None:

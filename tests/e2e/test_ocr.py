@@ -4,16 +4,13 @@ text layer, or beside pages that keep their text layer. The truth is the source'
 
 from __future__ import annotations
 
-import textwrap
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import httpx
 import pypdfium2 as pdfium
 import pytest
-from PIL import Image, ImageDraw, ImageFont
 from rapidfuzz.distance import Levenshtein
 
 from app.documents.pdf import split_pdf, without_hyphenation
@@ -21,7 +18,7 @@ from app.settings import Settings
 from tests.conftest import ServedApp, count_rows
 from tests.e2e.test_documents import assert_problem
 from tests.fixture_files import CORPUS
-from tests.scans import image_pdf, noisy, render_page
+from tests.scans import SERIF, image_pdf, noisy, render_page, typed_page
 
 MULTICOLUMN = (CORPUS / "multicolumn.pdf").read_bytes()
 
@@ -265,19 +262,13 @@ RUSSIAN = (
     "Все люди рождаются свободными и равными в своем достоинстве и правах. Они наделены "
     "разумом и совестью и должны поступать в отношении друг друга в духе братства."
 )
-SERIF = Path("/usr/share/fonts/truetype/dejavu/DejaVuSerif.ttf")
 
 
 def _typed_page_read(client: httpx.Client, name: str, words: str) -> str:
     """The text read from a scan of ``words`` typed in DejaVu Serif on an A4 page at 300 dpi."""
     if not SERIF.exists():
         pytest.skip("DejaVu Serif (fonts-dejavu-core) is not installed")
-    font = ImageFont.truetype(str(SERIF), 42)
-    picture = Image.new("L", (2480, 3508), 255)
-    draw = ImageDraw.Draw(picture)
-    for index, line in enumerate(textwrap.wrap(words, 60)):
-        draw.text((200, 300 + index * 70), line, font=font, fill=0)
-    response = _upload(client, name, image_pdf([picture]))
+    response = _upload(client, name, image_pdf([typed_page(words)]))
     assert response.status_code == 202, response.text
     document = wait_ready(client, response.json()["id"])
     assert document["status"] == "ready", document

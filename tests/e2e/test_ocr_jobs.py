@@ -19,11 +19,12 @@ import httpx
 import pytest
 
 from tests.conftest import free_port
-from tests.e2e.test_ocr import MULTICOLUMN
+from tests.e2e.test_ocr import GERMAN, MULTICOLUMN
 from tests.e2e.test_shutdown import CitegateProcess
-from tests.scans import image_pdf, render_page
+from tests.scans import SERIF, image_pdf, render_page, typed_page
 
 STORED = re.compile(r"OCR of document (doc_\w+): page (\d+) stored by (\w+)")
+HINTED = re.compile(r"page (\d+) stored by \w+ \(([\w+]+), rotation \d+; hint ([\w+-]+)\)")
 
 
 class OcrCitegate(CitegateProcess):
@@ -194,3 +195,25 @@ def test_the_workers_read_the_stored_pdf_from_a_file_removed_once_the_document_i
     assert [page["text_source"] for page in listed] == ["ocr", "ocr", "text_layer"]
     assert all(page["char_count"] > 100 for page in listed), listed
     assert done["char_count"] == sum(page["char_count"] for page in listed)
+
+
+def test_each_page_is_read_first_in_the_languages_the_page_before_was_found_in(
+    tmp_path: Path, served_database: str, processes: list[OcrCitegate]
+) -> None:
+    """A German letter of three pages: the first page is read in English and found German,
+    and the job hands that to the next pages, which are read in German (with English) first;
+    all keep their umlauts."""
+    if not SERIF.exists():
+        pytest.skip("DejaVu Serif (fonts-dejavu-core) is not installed")
+    process = OcrCitegate(tmp_path, served_database, {"CITEGATE_OCR_LANGUAGES": "eng+deu"})
+    processes.append(process)
+    document = _upload(process.base_url, image_pdf([typed_page(GERMAN)] * 3))
+    done = _wait(process.base_url, document["id"], lambda d: d["status"] != "processing")
+    assert done["status"] == "ready", done
+    stored = {int(m[1]): (m[2], m[3]) for m in HINTED.finditer(process.output)}
+    assert stored == {1: ("deu+eng", "-"), 2: ("deu+eng", "deu+eng"), 3: ("deu+eng", "deu+eng")}
+    chunks = httpx.get(
+        f"{process.base_url}/v1/documents/{document['id']}/chunks", params={"limit": 100}
+    ).json()["data"]
+    pages = {chunk["page_number"] for chunk in chunks if "Größe" in chunk["text"]}
+    assert pages == {1, 2, 3}, chunks
