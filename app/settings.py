@@ -262,9 +262,10 @@ class Settings(BaseSettings):
     ocr_languages: str = Field(
         default="eng+deu+fra+spa+ita+por+rus+ara+chi_sim+jpn",
         pattern=r"^[a-z]{3}(_[a-z]{3,4})?(\+[a-z]{3}(_[a-z]{3,4})?)*$",
-        description="Tesseract's languages, joined by `+`. Each page is read with those of the "
-        "script Tesseract's orientation and script detection finds on it (all of them when "
-        "it finds none); fewer languages read faster.",
+        description="Tesseract's languages, joined by `+`. A page is read first in those the "
+        "page before it was found in (English for a document's first page); when Tesseract is "
+        "unsure of those words, with those of the script its orientation and script detection "
+        "finds on the page (all of them when it finds none); fewer languages read faster.",
     )
     ocr_max_pages: int = Field(
         default=1000,

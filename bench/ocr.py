@@ -4,18 +4,23 @@ peak RSS of the service and of its OCR workers, and the p95 latency of other req
 runs against before. Prints figures; asserts nothing.
 
     .venv/bin/python bench/ocr.py [--database-url URL] [--pages N] [--scan-pages N] [--skip-pages]
+        [--paired SECONDS]
 
 The scans are the repository's own text PDFs (tests/fixtures/pdf) rendered by PDFium into
 image-only pages, so the truth is their text layer. Per page per core: one process reading
 pages one after another with OMP_THREAD_LIMIT=1, the service's languages (all ten by default).
 ``--skip-pages`` leaves that out (and the CER): the scan alone, for its time and memory.
+``--paired 5`` also compares other requests' p95 with OCR running and with it stopped, in
+windows of 5 s taken in turn while the scan is read.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import resource
+import signal
 import statistics
 import sys
 import threading
@@ -24,7 +29,7 @@ from pathlib import Path
 
 import httpx
 import pypdfium2 as pdfium
-from harness import ROOT, peak_rss_mib, process_tree, running
+from harness import ROOT, make_database, peak_rss_mib, process_tree, running
 from rapidfuzz.distance import Levenshtein
 
 sys.path.insert(0, str(ROOT))  # tests.scans: the scans the OCR tests make
@@ -107,6 +112,7 @@ class Prober(threading.Thread):
         super().__init__(daemon=True)
         self.client = httpx.Client(base_url=base_url, headers=headers, timeout=60)
         self.latencies: list[float] = []
+        self.starts: list[float] = []
         self.stopping = threading.Event()
 
     def run(self) -> None:
@@ -114,10 +120,75 @@ class Prober(threading.Thread):
             started = time.perf_counter()
             self.client.get("/v1/documents", params={"limit": 10}).raise_for_status()
             self.latencies.append(time.perf_counter() - started)
+            self.starts.append(started)
             time.sleep(0.05)
 
     def p95(self) -> float:
-        return statistics.quantiles(self.latencies, n=20)[-1] * 1000
+        return p95(self.latencies)
+
+
+def p95(latencies: list[float]) -> float:
+    return statistics.quantiles(latencies, n=20)[-1] * 1000
+
+
+class Pauser(threading.Thread):
+    """Stops the service's OCR workers and their Tesseract (SIGSTOP) for ``seconds``, then
+    lets them go (SIGCONT) for as long, over and over: the prober's requests fall alternately
+    with OCR running and without, in the same run and the same database, so the machine's drift
+    (and an idle machine's slower wake-ups before the upload) weighs on both alike."""
+
+    def __init__(self, pid: int, seconds: float) -> None:
+        super().__init__(daemon=True)
+        self.pid = pid
+        self.seconds = seconds
+        self.windows: list[tuple[float, float, bool]] = []  # start, end, OCR stopped
+        self.stopping = threading.Event()
+
+    def signal(self, number: int) -> None:
+        for pid in process_tree(self.pid)[1:]:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, number)
+
+    def run(self) -> None:
+        stopped = False
+        try:
+            while True:
+                started = time.perf_counter()
+                ending = self.stopping.wait(self.seconds)
+                self.windows.append((started, time.perf_counter(), stopped))
+                if ending:
+                    return
+                stopped = not stopped
+                self.signal(signal.SIGSTOP if stopped else signal.SIGCONT)
+                if stopped:  # a Tesseract started meanwhile
+                    time.sleep(0.05)
+                    self.signal(signal.SIGSTOP)
+        finally:
+            self.signal(signal.SIGCONT)
+
+    def __enter__(self) -> Pauser:
+        self.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        """Ends the turns and lets every process go on, however the run ended (a stopped
+        service would not stop when asked)."""
+        self.stopping.set()
+        self.join()
+
+    def split(self, prober: Prober, settle: float = 0.3) -> tuple[list[float], list[float]]:
+        """The prober's latencies with OCR running and with it stopped, leaving out requests
+        started in the first ``settle`` seconds of a window."""
+        running: list[float] = []
+        stopped: list[float] = []
+        for started, latency in zip(prober.starts, prober.latencies, strict=True):
+            for begin, end, paused in self.windows:
+                if begin + settle <= started < end:
+                    (stopped if paused else running).append(latency)
+        return running, stopped
+
+    def paused_seconds(self) -> float:
+        return sum(end - begin for begin, end, paused in self.windows if paused)
 
 
 class MemorySampler(threading.Thread):
@@ -176,6 +247,14 @@ def main() -> None:
     parser.add_argument(
         "--skip-pages", action="store_true", help="the scan alone: no speed or CER by page"
     )
+    parser.add_argument(
+        "--paired",
+        type=float,
+        metavar="SECONDS",
+        help="stop and resume the OCR workers every SECONDS while the scan is read, and compare "
+        "other requests' p95 with OCR running and stopped (the time read is then without the "
+        "stopped windows)",
+    )
     args = parser.parse_args()
     pages = PAGES[: args.pages]
 
@@ -199,11 +278,13 @@ def main() -> None:
     ]
     scan = image_pdf(pictures)
     os.environ |= {"CITEGATE_OCR": "auto", "CITEGATE_OCR_MAX_PAGES": str(args.scan_pages)}
+    if args.database_url and args.database_url.startswith("postgresql"):
+        make_database(args.database_url, fresh=True)  # no earlier run's scans: runs compare
     with (
         running(args.database_url, None) as stack,
         httpx.Client(base_url=stack.citegate, headers=stack.headers, timeout=600) as http,
     ):
-        before = probe(stack.citegate, stack.headers, 10)
+        before = probe(stack.citegate, stack.headers, 30)
         prober = Prober(stack.citegate, stack.headers)
         memory = MemorySampler(stack.pid)
         memory.start()
@@ -211,18 +292,22 @@ def main() -> None:
         response = http.post("/v1/documents/upload", files={"file": ("scan.pdf", scan)})
         assert response.status_code == 202, response.text
         prober.start()
+        pauser = Pauser(stack.pid, args.paired) if args.paired else None
         memory.phase = "reading"
         document_id = response.json()["id"]
-        while (document := http.get(f"/v1/documents/{document_id}").json())[
-            "status"
-        ] == "processing":
-            progress = document["progress"]
-            if progress and progress["pages_done"] == progress["pages_total"]:
-                memory.phase = "finishing"
-            time.sleep(0.5)
+        with pauser or contextlib.nullcontext():
+            while (document := http.get(f"/v1/documents/{document_id}").json())[
+                "status"
+            ] == "processing":
+                progress = document["progress"]
+                if progress and progress["pages_done"] == progress["pages_total"]:
+                    memory.phase = "finishing"
+                time.sleep(0.5)
         elapsed = time.perf_counter() - started
         prober.stopping.set()
         prober.join()
+        if pauser:
+            elapsed -= pauser.paused_seconds()
         memory.stopping.set()
         memory.join()
         service = peak_rss_mib(stack.pid)
@@ -248,9 +333,22 @@ def main() -> None:
         + ", ".join(f"{phase} {peak:.0f} MiB" for phase, peak in memory.service_peaks.items())
     )
     print(
-        f"GET /v1/documents p95: {before:.1f} ms before, {prober.p95():.1f} ms while OCR ran "
-        f"({prober.p95() / before - 1:+.0%}; target <= +20 %)"
+        f"GET /v1/documents p95: {before:.1f} ms before the upload (an empty list), "
+        f"{prober.p95():.1f} ms while the scan was read (a list of one): "
+        f"{prober.p95() / before - 1:+.0%}; --paired measures OCR's own share"
     )
+    if pauser:
+        running_ocr, stopped = pauser.split(prober)
+        if min(len(running_ocr), len(stopped)) < 20:
+            sys.exit("--paired: too few requests in one of the two kinds of window")
+        with_ocr, without = p95(running_ocr), p95(stopped)
+        medians = [statistics.median(part) * 1000 for part in (stopped, running_ocr)]
+        print(
+            f"paired, every {args.paired:g} s: p95 {without:.1f} ms with OCR stopped "
+            f"({len(stopped)} requests), {with_ocr:.1f} ms with it running "
+            f"({len(running_ocr)}): {with_ocr / without - 1:+.0%} (target <= +20 %); p50 "
+            f"{medians[0]:.1f} / {medians[1]:.1f} ms"
+        )
 
 
 if __name__ == "__main__":

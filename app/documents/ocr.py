@@ -4,10 +4,12 @@ Each page is one task for a pool of worker processes (``OcrPool``), never the ev
 process: Tesseract takes seconds a page, and PDFium does one call at a time in a process. A
 worker opens the PDF from a file the caller wrote (not bytes sent with every task), renders the
 page as displayed, whitens salt-and-pepper specks when the page has many (a clean page is left
-as it is), asks Tesseract's orientation and script detection (OSD) how the page is
-turned and which script it is in, turns it upright, and reads it with the configured languages
-of that script. Its words keep their boxes, mapped back to fractions of the page as displayed
-(the same fractions as PDFium's character boxes), and their confidences.
+as it is), and reads it as it is in the languages of the page before it. When Tesseract is
+unsure of those words, it asks Tesseract's orientation and script detection (OSD) how the page
+is turned and which script it is in, turns it upright, and reads it with the configured
+languages of that script (``read_picture``). Its words keep their boxes, mapped back to
+fractions of the page as displayed (the same fractions as PDFium's character boxes), and their
+confidences.
 
 This module imports nothing of the service, so a worker process starts light.
 """
@@ -17,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import ctypes
 import ctypes.util
+import dataclasses
 import logging
 import multiprocessing
 import os
@@ -91,7 +94,8 @@ class OcrPage:
     """A page read by OCR: its text (words joined by spaces, lines by ``\\n``, paragraphs by a
     blank line), each word's place in that text and its box (fractions of the page as
     displayed, origin top left), Tesseract's mean word confidence (0 to 1), how far the page
-    was turned (degrees clockwise that made it upright) and the languages it was read with."""
+    was turned (degrees clockwise that made it upright), the languages it was read with, and
+    how many times Tesseract ran for it (readings and OSD)."""
 
     number: int
     text: str
@@ -99,6 +103,7 @@ class OcrPage:
     confidence: float | None
     rotation: int
     languages: str
+    runs: int = 0
 
 
 def parse_languages(value: str) -> list[str]:
@@ -220,13 +225,25 @@ def read_picture(
     A page is first read as it is, without OSD, in the languages of the page before it
     (``hint``: a document is mostly in one language), or in English (or the first configured
     Latin language) when there is no page before. When Tesseract is sure of what it read, the
-    page was upright and of the Latin script: OSD, a third of a page's time, is not asked
-    (docs/PERFORMANCE.md). Otherwise, or when the page before was of another script, OSD says
+    page was upright and of the Latin script: OSD, a good part of a page's time, is not
+    asked (docs/PERFORMANCE.md). Otherwise, or when the page before was of another script, OSD says
     how the page is turned and its script, and the page is read upright in that script's
     languages: a Latin page in English alone first. Either way, a Latin page whose words are
     those of another configured language is read again with it. Tesseract is told the
     resolution: a picture carries none, and Tesseract's guess from the text's height reads
     small print worse."""
+    before = _tesseract_runs
+    page = _read_picture(picture, number, configured, dpi, hint)
+    return dataclasses.replace(page, runs=_tesseract_runs - before)
+
+
+def _read_picture(
+    picture: Image.Image,
+    number: int,
+    configured: list[str],
+    dpi: int,
+    hint: list[str] | None,
+) -> OcrPage:
     cleaned = despeckled(picture)
     whole = cleaned is not picture
     del picture  # the page as rendered goes as soon as it is not the one read
@@ -247,14 +264,25 @@ def read_picture(
     # script with several is read in one first, and again with the language its words are in
     # when that is another.
     first = first_language(candidates)
-    languages = candidates if first is None else [first]
-    if tried is not None and rotation == 0 and tried.languages == "+".join(languages):
-        page = tried  # what OSD says was read already
-    else:
-        page = _recognised(upright, number, languages, rotation, dpi)
+    # The page as it was read first, when OSD says it was upright and those are its languages.
+    upright_as_read = tried is not None and rotation == 0
     if first is None:
-        return page
+        if tried is not None and upright_as_read and tried.languages == "+".join(candidates):
+            return tried
+        return _recognised(upright, number, candidates, rotation, dpi)
+    if tried is not None and upright_as_read and set(tried.languages.split("+")) <= set(candidates):
+        page = tried
+    else:
+        page = _recognised(upright, number, [first], rotation, dpi)
     return _in_its_language(upright, page, candidates, rotation, dpi)
+
+
+def hint_after(page: OcrPage, hint: str | None) -> str | None:
+    """The languages to read the next page of a document in first: this page's, when it had
+    words enough to tell (a blank page's, read with every language, would send the next page
+    to OSD); else the hint this page had. An English page of a German document keeps
+    ``deu+eng``: it was read with English as well."""
+    return page.languages if len(page.words) >= _SURE_WORDS else hint
 
 
 # A page read without OSD is taken as upright and of the Latin script when Tesseract's mean
@@ -269,7 +297,7 @@ def _guess(latin: list[str], hint: list[str] | None) -> list[str] | None:
     are all configured Latin languages, English (or the first Latin language) when there was
     no page before; None (OSD first) when the page before was of another script, or no Latin
     language is configured."""
-    if hint is not None:
+    if hint:
         return hint if all(code in latin for code in hint) else None
     if not latin:
         return None
@@ -300,12 +328,19 @@ def _in_its_language(
     return _recognised(upright, page.number, [told, first], rotation, dpi)
 
 
+# Tesseract's runs in this process (readings and OSD), counted for OcrPage.runs: a worker
+# reads one page at a time.
+_tesseract_runs = 0
+
+
 def _recognised(
     upright: Image.Image, number: int, languages: list[str], rotation: int, dpi: int
 ) -> OcrPage:
     """The upright picture read by Tesseract in ``languages`` (the first one foremost)."""
     import pytesseract
 
+    global _tesseract_runs
+    _tesseract_runs += 1
     lang = "+".join(languages)
     try:
         with _picture_file(upright) as path:
@@ -325,8 +360,8 @@ def _recognised(
 @contextmanager
 def _picture_file(picture: Image.Image) -> Iterator[str]:
     """The picture as an uncompressed PGM file, for Tesseract to read: given a picture,
-    pytesseract writes a PNG for each call, whose compression cost a tenth of a page's CPU
-    (docs/PERFORMANCE.md)."""
+    pytesseract writes a PNG for each call, and compressing it cost more than a PGM's
+    writing and reading (docs/PERFORMANCE.md)."""
     with tempfile.NamedTemporaryFile(prefix="citegate-ocr-", suffix=".pgm") as file:
         picture.save(file, format="PPM")
         file.flush()
@@ -351,6 +386,8 @@ def _orientation(picture: Image.Image, dpi: int, *, whole: bool = False) -> tupl
 def _osd(picture: Image.Image, dpi: int) -> dict[str, object] | None:
     import pytesseract
 
+    global _tesseract_runs
+    _tesseract_runs += 1
     try:
         with _picture_file(picture) as path:
             osd: dict[str, object] = pytesseract.image_to_osd(

@@ -30,7 +30,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from app.db.blobs import blob_to_file
 from app.db.models import Document, DocumentPageRow, OcrJob
 from app.documents.kinds.pdf import PageRead
-from app.documents.ocr import OcrError, OcrPage, OcrPool
+from app.documents.ocr import OcrError, OcrPage, OcrPool, hint_after
 from app.documents.reading import page_read, pdf_file, with_pages_read
 from app.documents.service import insert_chunks, insert_pages, parse_pdf_file_off_loop
 from app.search.index import index_document
@@ -203,7 +203,8 @@ class OcrJobs:
     ) -> None:
         """The pending pages read as many at a time as the pool has workers, in order, each
         stored as soon as it is read; a page is read first in the languages the last page
-        read was found in (``read_picture``: most documents are in one language)."""
+        read was found in (``read_picture``, ``hint_after``: most documents are in one
+        language)."""
         waiting = iter(pending)
         reading: dict[asyncio.Future[OcrPage], str | None] = {}  # each read with its hint
         hint: str | None = None
@@ -218,7 +219,7 @@ class OcrJobs:
                 for finished in done:
                     page = finished.result()
                     await self._store_page(document_id, page, reading.pop(finished))
-                    hint = page.languages
+                    hint = hint_after(page, hint)
         finally:
             for future in reading:
                 future.cancel()
@@ -236,7 +237,8 @@ class OcrJobs:
 
     async def _store_page(self, document_id: str, page: OcrPage, hint: str | None) -> None:
         """One page's reading, with the lease renewed, in one transaction (a page stored once
-        is never stored, nor read, again); ``hint``: the languages it was read in first."""
+        is never stored, nor read, again); ``hint``: the languages it was handed (those of the
+        page before)."""
         async with self._sessions() as session:
             await self._renew(session, document_id)
             row = await session.get(DocumentPageRow, (document_id, page.number))
@@ -257,13 +259,14 @@ class OcrJobs:
             )
             await session.commit()
         log.info(
-            "OCR of document %s: page %d stored by %s (%s, rotation %d; hint %s)",
+            "OCR of document %s: page %d stored by %s (%s, rotation %d; hint %s, %d runs)",
             document_id,
             page.number,
             self.owner,
             page.languages,
             page.rotation,
             hint or "-",
+            page.runs,
         )
 
     async def _finish(self, document_id: str, path: str) -> None:

@@ -24,7 +24,9 @@ from tests.e2e.test_shutdown import CitegateProcess
 from tests.scans import SERIF, image_pdf, render_page, typed_page
 
 STORED = re.compile(r"OCR of document (doc_\w+): page (\d+) stored by (\w+)")
-HINTED = re.compile(r"page (\d+) stored by \w+ \(([\w+]+), rotation \d+; hint ([\w+-]+)\)")
+HINTED = re.compile(
+    r"page (\d+) stored by \w+ \(([\w+]+), rotation \d+; hint ([\w+-]+), (\d+) runs\)"
+)
 
 
 class OcrCitegate(CitegateProcess):
@@ -200,9 +202,9 @@ def test_the_workers_read_the_stored_pdf_from_a_file_removed_once_the_document_i
 def test_each_page_is_read_first_in_the_languages_the_page_before_was_found_in(
     tmp_path: Path, served_database: str, processes: list[OcrCitegate]
 ) -> None:
-    """A German letter of three pages: the first page is read in English and found German,
-    and the job hands that to the next pages, which are read in German (with English) first;
-    all keep their umlauts."""
+    """A German letter of three pages: the first page is read in English and found German (two
+    Tesseract runs, no OSD), and the job hands that to the next pages, which the workers read
+    once each in German with English; all keep their umlauts."""
     if not SERIF.exists():
         pytest.skip("DejaVu Serif (fonts-dejavu-core) is not installed")
     process = OcrCitegate(tmp_path, served_database, {"CITEGATE_OCR_LANGUAGES": "eng+deu"})
@@ -210,8 +212,12 @@ def test_each_page_is_read_first_in_the_languages_the_page_before_was_found_in(
     document = _upload(process.base_url, image_pdf([typed_page(GERMAN)] * 3))
     done = _wait(process.base_url, document["id"], lambda d: d["status"] != "processing")
     assert done["status"] == "ready", done
-    stored = {int(m[1]): (m[2], m[3]) for m in HINTED.finditer(process.output)}
-    assert stored == {1: ("deu+eng", "-"), 2: ("deu+eng", "deu+eng"), 3: ("deu+eng", "deu+eng")}
+    stored = {int(m[1]): (m[2], m[3], int(m[4])) for m in HINTED.finditer(process.output)}
+    assert stored == {
+        1: ("deu+eng", "-", 2),
+        2: ("deu+eng", "deu+eng", 1),
+        3: ("deu+eng", "deu+eng", 1),
+    }, process.output
     chunks = httpx.get(
         f"{process.base_url}/v1/documents/{document['id']}/chunks", params={"limit": 100}
     ).json()["data"]

@@ -16,7 +16,7 @@ import pytest
 from PIL import Image
 from rapidfuzz.distance import Levenshtein
 
-from app.documents.ocr import OcrPage, ocr_workers, parse_languages, read_picture
+from app.documents.ocr import OcrPage, hint_after, ocr_workers, parse_languages, read_picture
 from tests.fixture_files import CORPUS
 from tests.scans import SERIF, render_page, typed_page
 
@@ -71,7 +71,7 @@ def test_an_upright_latin_page_is_read_once_without_osd_and_a_turned_one_after_i
 ) -> None:
     picture = render_page((CORPUS / "multicolumn.pdf").read_bytes(), 3)
     upright = read(picture)
-    assert tesseract_runs == {"data eng": 1}
+    assert tesseract_runs == {"data eng": 1} and upright.runs == 1
     assert upright.rotation == 0 and upright.languages == "eng"
     assert upright.confidence is not None and upright.confidence > 0.9
 
@@ -79,8 +79,14 @@ def test_an_upright_latin_page_is_read_once_without_osd_and_a_turned_one_after_i
     turned = read(picture.rotate(180, expand=True))
     # read as it is, unsure (upside down), then OSD turns it and it is read again
     assert tesseract_runs["osd"] >= 1 and tesseract_runs["data eng"] == 2
-    assert turned.rotation == 180
+    assert turned.rotation == 180 and turned.runs == sum(tesseract_runs.values())
     assert cer(turned.text, upright.text) <= 0.02
+
+    tesseract_runs.clear()
+    sideways = read(picture.rotate(90, expand=True))
+    assert tesseract_runs["osd"] >= 1 and tesseract_runs["data eng"] == 2
+    assert sideways.rotation in (90, 270)
+    assert cer(sideways.text, upright.text) <= 0.02
 
 
 def test_a_german_page_is_read_again_in_german_unless_the_page_before_was_german(
@@ -92,8 +98,8 @@ def test_a_german_page_is_read_again_in_german_unless_the_page_before_was_german
     assert first.languages == "deu+eng" and cer(first.text, GERMAN) <= 0.02
 
     tesseract_runs.clear()
-    next_page = read(picture, hint=first.languages)
-    assert tesseract_runs == {"data deu+eng": 1}
+    next_page = read(picture, hint=hint_after(first, None))
+    assert tesseract_runs == {"data deu+eng": 1} and next_page.runs == 1
     assert next_page.text == first.text
     for word in ("Größe", "Bäume", "läßt", "Straßen"):
         assert word in next_page.text, (word, next_page.text)
@@ -112,6 +118,16 @@ def test_a_page_of_another_script_is_read_in_its_languages_after_osd(
     next_page = read(picture, hint=first.languages)  # the page before was Russian: OSD first
     assert tesseract_runs["osd"] >= 1 and set(tesseract_runs) == {"osd", "data rus"}
     assert next_page.text == first.text
+
+
+def test_a_page_with_too_few_words_to_tell_hands_on_the_hint_it_had(
+    tesseract_runs: Counter[str],
+) -> None:
+    blank = read(Image.new("L", (2480, 3508), 255), hint="deu+eng")
+    assert blank.words == () and blank.runs == sum(tesseract_runs.values())
+    # read in every configured language (OSD found nothing), which is no hint for the next
+    assert blank.languages != "deu+eng"
+    assert hint_after(blank, "deu+eng") == "deu+eng"
 
 
 def test_the_workers_leave_a_core_to_the_service_and_its_database() -> None:
