@@ -119,7 +119,7 @@ def create_app(settings: Settings | None = None, *, own_process: bool = False) -
             app.state.ocr_pool,
             lease_seconds=settings.ocr_lease_seconds,
             poll_seconds=settings.ocr_poll_seconds,
-            max_jobs=ocr_workers(settings.ocr_workers),
+            max_jobs=app.state.ocr_pool.workers,
         )
         ocr_reader = None
         if settings.ocr != "off":  # a process with OCR off reads no page, not even another's

@@ -30,14 +30,13 @@ from pathlib import Path
 import httpx
 import pypdfium2 as pdfium
 from harness import ROOT, make_database, peak_rss_mib, process_tree, running
-from rapidfuzz.distance import Levenshtein
 
 sys.path.insert(0, str(ROOT))  # tests.scans: the scans the OCR tests make
 
 from app.documents.ocr import parse_languages, read_picture
 from app.documents.pdf import without_hyphenation
 from app.settings import Settings
-from tests.scans import image_pdf, noisy, render_page
+from tests.scans import cer, image_pdf, noisy, render_page
 
 CORPUS = ROOT / "tests" / "fixtures" / "pdf"
 # Pages of real text: two columns, German mathematics, a LaTeX article.
@@ -51,11 +50,6 @@ PAGES = (
 def truth(name: str, number: int) -> str:
     with pdfium.PdfDocument(CORPUS / name) as document:
         return without_hyphenation(document[number - 1].get_textpage().get_text_range())[0]
-
-
-def cer(read: str, expected: str) -> float:
-    read, expected = " ".join(read.split()), " ".join(expected.split())
-    return Levenshtein.distance(read, expected) / max(1, len(expected))
 
 
 def cpu_now() -> float:

@@ -15,8 +15,26 @@ from pathlib import Path
 import pypdfium2 as pdfium
 import pypdfium2.raw as pdfium_c
 from PIL import Image, ImageDraw, ImageFilter, ImageFont
+from rapidfuzz.distance import Levenshtein
 
 SERIF = Path("/usr/share/fonts/truetype/dejavu/DejaVuSerif.ttf")
+# Typed letters' words (``typed_page``): Russian, read after OSD finds Cyrillic; German, whose
+# umlauts and ß English reads as other letters.
+RUSSIAN = (
+    "Все люди рождаются свободными и равными в своем достоинстве и правах. Они наделены "
+    "разумом и совестью и должны поступать в отношении друг друга в духе братства."
+)
+GERMAN = (
+    "Über die Größe der Bäume läßt sich nicht streiten: sie wachsen, bis die Kräfte des Bodens "
+    "erschöpft sind. Die Förster zählen die Jahresringe und schätzen das Alter der Wälder, "
+    "die von den Flüssen und Straßen begrenzt werden."
+)
+
+
+def cer(read: str, expected: str) -> float:
+    """Character error rate, whitespace runs counted as one space."""
+    read, expected = " ".join(read.split()), " ".join(expected.split())
+    return Levenshtein.distance(read, expected) / max(1, len(expected))
 
 
 def render_page(data: bytes, number: int, dpi: int = 300) -> Image.Image:

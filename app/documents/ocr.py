@@ -264,14 +264,14 @@ def _read_picture(
     # script with several is read in one first, and again with the language its words are in
     # when that is another.
     first = first_language(candidates)
-    # The page as it was read first, when OSD says it was upright and those are its languages.
-    upright_as_read = tried is not None and rotation == 0
+    # The first reading stands when OSD finds the page upright and read in its languages.
+    as_read = tried if rotation == 0 else None
     if first is None:
-        if tried is not None and upright_as_read and tried.languages == "+".join(candidates):
-            return tried
+        if as_read is not None and as_read.languages == "+".join(candidates):
+            return as_read
         return _recognised(upright, number, candidates, rotation, dpi)
-    if tried is not None and upright_as_read and set(tried.languages.split("+")) <= set(candidates):
-        page = tried
+    if as_read is not None and set(as_read.languages.split("+")) <= set(candidates):
+        page = as_read
     else:
         page = _recognised(upright, number, [first], rotation, dpi)
     return _in_its_language(upright, page, candidates, rotation, dpi)

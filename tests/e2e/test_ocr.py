@@ -11,14 +11,13 @@ from typing import Any
 import httpx
 import pypdfium2 as pdfium
 import pytest
-from rapidfuzz.distance import Levenshtein
 
 from app.documents.pdf import split_pdf, without_hyphenation
 from app.settings import Settings
 from tests.conftest import ServedApp, count_rows
 from tests.e2e.test_documents import assert_problem
 from tests.fixture_files import CORPUS
-from tests.scans import SERIF, image_pdf, noisy, render_page, typed_page
+from tests.scans import GERMAN, RUSSIAN, SERIF, cer, image_pdf, noisy, render_page, typed_page
 
 MULTICOLUMN = (CORPUS / "multicolumn.pdf").read_bytes()
 
@@ -27,12 +26,6 @@ def truth(data: bytes, number: int) -> str:
     """A page's text layer as stored (the truth a scan of it is read against)."""
     with pdfium.PdfDocument(data) as document:
         return without_hyphenation(document[number - 1].get_textpage().get_text_range())[0]
-
-
-def cer(read: str, expected: str) -> float:
-    """Character error rate, whitespace runs counted as one space."""
-    read, expected = " ".join(read.split()), " ".join(expected.split())
-    return Levenshtein.distance(read, expected) / len(expected)
 
 
 @pytest.fixture(autouse=True)
@@ -258,12 +251,6 @@ def test_a_noisy_150_dpi_scan_is_cleaned_and_read_in_its_script(ocr_client: http
         assert rate <= 0.05, (number, rate, text[:300])
 
 
-RUSSIAN = (
-    "Все люди рождаются свободными и равными в своем достоинстве и правах. Они наделены "
-    "разумом и совестью и должны поступать в отношении друг друга в духе братства."
-)
-
-
 def _typed_page_read(client: httpx.Client, name: str, words: str) -> str:
     """The text read from a scan of ``words`` typed in DejaVu Serif on an A4 page at 300 dpi."""
     if not SERIF.exists():
@@ -283,13 +270,6 @@ def test_a_cyrillic_scan_is_read_in_russian_chosen_by_its_script(
     # first), Russian comes out as Latin letters; OSD finds Cyrillic and Russian reads it.
     text = _typed_page_read(ocr_client, "russian-scan.pdf", RUSSIAN)
     assert cer(text, RUSSIAN) <= 0.02, text
-
-
-GERMAN = (
-    "Über die Größe der Bäume läßt sich nicht streiten: sie wachsen, bis die Kräfte des Bodens "
-    "erschöpft sind. Die Förster zählen die Jahresringe und schätzen das Alter der Wälder, "
-    "die von den Flüssen und Straßen begrenzt werden."
-)
 
 
 def test_a_german_scan_keeps_its_umlauts_read_again_in_german(ocr_client: httpx.Client) -> None:

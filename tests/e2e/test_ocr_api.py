@@ -19,9 +19,9 @@ from app.settings import Settings
 from tests.conftest import Served, ServedApp, count_rows
 from tests.e2e import test_anthropic_compat as anthropic_compat
 from tests.e2e import test_openai_chat as openai_chat
-from tests.e2e.test_ocr import MULTICOLUMN, cer, truth, wait_ready
+from tests.e2e.test_ocr import MULTICOLUMN, truth, wait_ready
 from tests.fixture_files import CORPUS
-from tests.scans import image_pdf, render_page
+from tests.scans import cer, image_pdf, render_page
 
 TRIVIAL = (CORPUS / "002-trivial-libre-office-writer.pdf").read_bytes()
 # The table of multicolumn.pdf's page 3, scanned: "Belgium 11.5 30,689 Brussels ...".

@@ -19,9 +19,9 @@ import httpx
 import pytest
 
 from tests.conftest import free_port
-from tests.e2e.test_ocr import GERMAN, MULTICOLUMN
+from tests.e2e.test_ocr import MULTICOLUMN
 from tests.e2e.test_shutdown import CitegateProcess
-from tests.scans import SERIF, image_pdf, render_page, typed_page
+from tests.scans import GERMAN, SERIF, image_pdf, render_page, typed_page
 
 STORED = re.compile(r"OCR of document (doc_\w+): page (\d+) stored by (\w+)")
 HINTED = re.compile(

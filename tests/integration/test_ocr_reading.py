@@ -14,27 +14,12 @@ from typing import Any
 import pytesseract
 import pytest
 from PIL import Image
-from rapidfuzz.distance import Levenshtein
 
 from app.documents.ocr import OcrPage, hint_after, ocr_workers, parse_languages, read_picture
 from tests.fixture_files import CORPUS
-from tests.scans import SERIF, render_page, typed_page
+from tests.scans import GERMAN, RUSSIAN, SERIF, cer, render_page, typed_page
 
 CONFIGURED = parse_languages("eng+deu+fra+spa+ita+por+rus+ara+chi_sim+jpn")
-GERMAN = (
-    "Über die Größe der Bäume läßt sich nicht streiten: sie wachsen, bis die Kräfte des Bodens "
-    "erschöpft sind. Die Förster zählen die Jahresringe und schätzen das Alter der Wälder, "
-    "die von den Flüssen und Straßen begrenzt werden."
-)
-RUSSIAN = (
-    "Все люди рождаются свободными и равными в своем достоинстве и правах. Они наделены "
-    "разумом и совестью и должны поступать в отношении друг друга в духе братства."
-)
-
-
-def cer(read: str, expected: str) -> float:
-    read, expected = " ".join(read.split()), " ".join(expected.split())
-    return Levenshtein.distance(read, expected) / len(expected)
 
 
 @pytest.fixture
